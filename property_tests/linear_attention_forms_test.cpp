@@ -1,0 +1,62 @@
+// Linear attention: the three forward forms and the three backward paths are equal over ℚ.
+#include "property_tests/linear_attention_properties.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+namespace deltaproof::testing {
+namespace {
+
+RC_GTEST_PROP(LinearAttentionForms, ForwardFormsEqualOverRationals, ()) {
+  check_forward_forms_agree(*gen_linear_attention_case());
+}
+
+RC_GTEST_PROP(LinearAttentionForms, BackwardPathsEqualOverRationals, ()) {
+  check_backward_paths_agree(*gen_linear_attention_case());
+}
+
+// Any two chunk sizes give the same output and final state (C = 1 is the recurrence, C >= L
+// the parallel form).
+RC_GTEST_PROP(LinearAttentionForms, ChunkSizeDoesNotMatter, ()) {
+  const auto c = *gen_linear_attention_case({.max_length = 120, .max_dim = 24});
+  const Index other = *rc::gen::inRange<Index>(1, c.shape.length + 2);
+  const auto a = la::chunkwise(c.inputs, c.shape.chunk_size);
+  const auto b = la::chunkwise(c.inputs, other);
+  require_equal("output, C vs C'", a.output, b.output);
+  require_equal("final state, C vs C'", a.final_state, b.final_state);
+}
+
+// A batched call is the per-head call on each head of a [B, H, L, D] tensor.
+RC_GTEST_PROP(LinearAttentionForms, BatchedEqualsPerHead, ()) {
+  const auto batch = *rc::gen::inRange<Index>(1, 3);
+  const auto heads = *rc::gen::inRange<Index>(1, 4);
+  const Shape s = *gen_shape({.max_length = 40, .max_dim = 12});
+  la::BatchInputs<Exact> in{ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
+                            ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
+                            ref::Tensor4<Exact>(batch, heads, s.length, s.value_dim), std::nullopt};
+  if (s.with_initial_state) in.initial_state = ref::Tensor4<Exact>(batch, heads, s.value_dim, s.key_dim);
+  ref::for_each_head(batch, heads, [&](Index b, Index h) {
+    in.q.set_head(b, h, *gen_matrix(s.length, s.key_dim));
+    in.k.set_head(b, h, *gen_matrix(s.length, s.key_dim));
+    in.v.set_head(b, h, *gen_matrix(s.length, s.value_dim));
+    if (in.initial_state) in.initial_state->set_head(b, h, *gen_matrix(s.value_dim, s.key_dim));
+  });
+  const auto out = la::batched(in, [&](const la::Inputs<Exact>& x) { return la::chunkwise(x, s.chunk_size); });
+  ref::for_each_head(batch, heads, [&](Index b, Index h) {
+    const auto one = la::token_recurrence(in.head(b, h));
+    require_equal("batched output head", out.output.head(b, h), one.output);
+    require_equal("batched final state head", out.final_state.head(b, h), one.final_state);
+  });
+}
+
+TEST(LinearAttentionForms, RejectsMismatchedShapes) {
+  la::Inputs<double> in{Matrix<double>::Ones(4, 3), Matrix<double>::Ones(5, 3), Matrix<double>::Ones(4, 2), std::nullopt};
+  EXPECT_THROW(la::chunkwise(in, 2), std::invalid_argument);
+  in.k = Matrix<double>::Ones(4, 3);
+  EXPECT_THROW(la::chunkwise(in, 0), std::invalid_argument);
+  in.initial_state = Matrix<double>::Ones(3, 2);  // (DK, DV): transposed
+  EXPECT_THROW(la::parallel_masked(in), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace deltaproof::testing

@@ -1,0 +1,334 @@
+// Additive linear attention: every form of the derivation, forward and backward.
+//
+//   S_t = S_{t-1} + v_t k_tᵀ,   o_t = S_t q_t,   S ∈ R^{DV×DK} (value-by-key)
+//
+// Shapes for one (batch, head) sequence: q, k (L, DK); v, o (L, DV); states (DV, DK).
+// Three forward forms (parallel masked, token recurrence, chunkwise) and three backward paths,
+// each derived on its own, so that they can be checked equal over ℚ.
+#pragma once
+
+#include "reference/batch.hpp"
+#include "reference/chunking.hpp"
+#include "reference/scalar.hpp"
+
+#include <optional>
+#include <vector>
+
+namespace deltaproof::ref::linear_attention {
+
+template <class Scalar>
+struct Inputs {
+  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+  std::optional<Matrix<Scalar>> initial_state;  // (DV, DK); absent means S_0 = 0
+
+  Index length() const { return q.rows(); }
+  Index key_dim() const { return q.cols(); }
+  Index value_dim() const { return v.cols(); }
+  Matrix<Scalar> initial_state_or_zero() const {
+    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
+  }
+  void validate() const {
+    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
+    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
+    require(!initial_state || (initial_state->rows() == v.cols() && initial_state->cols() == q.cols()),
+            "initial_state must be (DV, DK)");
+  }
+};
+
+template <class Scalar>
+struct Forward {
+  Matrix<Scalar> output;       // (L, DV)
+  Matrix<Scalar> final_state;  // (DV, DK)
+};
+
+template <class Scalar>
+struct ChunkwiseForward : Forward<Scalar> {
+  std::vector<Matrix<Scalar>> boundary_states;  // S_[c], the state before chunk c, each (DV, DK)
+};
+
+// Incoming gradients: on the output and (optionally) on the final state.
+template <class Scalar>
+struct Cotangents {
+  Matrix<Scalar> d_output;                        // (L, DV)
+  std::optional<Matrix<Scalar>> d_final_state;    // (DV, DK); absent means 0
+};
+
+template <class Scalar>
+struct Gradients {
+  Matrix<Scalar> dq, dk, dv;      // (L, DK), (L, DK), (L, DV)
+  Matrix<Scalar> d_initial_state;  // (DV, DK): dS_0, also when S_0 was absent (then at S_0 = 0)
+};
+
+// Seams through which planted-bug tests run a broken chunkwise form; the default is faithful.
+struct Faithful {
+  static bool in_causal_mask(Index i, Index j) { return j <= i; }
+  static bool keeps_chunk(const Chunk&, Index /*chunk_size*/) { return true; }
+  static constexpr bool reads_initial_state = true;
+};
+
+template <class Scalar, class Policy = Faithful>
+Matrix<Scalar> chunk_mask(Index n) {
+  Matrix<Scalar> m = Matrix<Scalar>::Zero(n, n);
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < n; ++j)
+      if (Policy::in_causal_mask(i, j)) m(i, j) = Scalar(1);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward forms
+
+// O = Q S_0ᵀ + (Q Kᵀ ⊙ M) V,   S_L = S_0 + Vᵀ K
+template <class Scalar>
+Forward<Scalar> parallel_masked(const Inputs<Scalar>& in) {
+  in.validate();
+  const Matrix<Scalar> s0 = in.initial_state_or_zero();                                // (DV, DK)
+  const Matrix<Scalar> scores = (in.q * in.k.transpose()).cwiseProduct(causal_mask<Scalar>(in.length()));  // (L, L)
+  Forward<Scalar> out;
+  out.output = in.q * s0.transpose() + scores * in.v;  // (L, DV)
+  out.final_state = s0 + in.v.transpose() * in.k;      // (DV, DK)
+  return out;
+}
+
+// S_t = S_{t-1} + v_t k_tᵀ,   o_t = S_t q_t
+template <class Scalar>
+Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
+  in.validate();
+  Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
+  Forward<Scalar> out;
+  out.output.resize(in.length(), in.value_dim());
+  for (Index t = 0; t < in.length(); ++t) {
+    state += in.v.row(t).transpose() * in.k.row(t);                  // (DV, DK)
+    out.output.row(t) = (state * in.q.row(t).transpose()).transpose();  // (1, DV)
+  }
+  out.final_state = state;
+  return out;
+}
+
+// The article's Equation 4: scan S_[c+1] = S_[c] + V_[c]ᵀ K_[c], then per chunk
+// O_[c] = Q_[c] S_[c]ᵀ + (Q_[c] K_[c]ᵀ ⊙ M_C) V_[c].
+template <class Scalar, class Policy = Faithful>
+ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size) {
+  in.validate();
+  ChunkwiseForward<Scalar> out;
+  out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
+  Matrix<Scalar> state = Policy::reads_initial_state ? in.initial_state_or_zero()
+                                                     : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
+  for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
+    if (!Policy::keeps_chunk(c, chunk_size)) continue;
+    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
+    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
+    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    out.boundary_states.push_back(state);
+    const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(chunk_mask<Scalar, Policy>(c.size));  // (C, C)
+    out.output.middleRows(c.begin, c.size) = q * state.transpose() + scores * v;                      // (C, DV)
+    state += v.transpose() * k;                                                                          // (DV, DK)
+  }
+  out.final_state = state;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward paths. Each returns dL for L = <dO, O> + <dS_L, S_L>.
+
+// From O = Q S_0ᵀ + P V with P = Q Kᵀ ⊙ M and S_L = S_0 + Vᵀ K:
+//   dQ = dO S_0 + (dO Vᵀ ⊙ M) K,  dK = (dO Vᵀ ⊙ M)ᵀ Q + V dS_L,
+//   dV = Pᵀ dO + K dS_Lᵀ,          dS_0 = dOᵀ Q + dS_L
+template <class Scalar>
+Gradients<Scalar> parallel_masked_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot) {
+  in.validate();
+  const Matrix<Scalar> s0 = in.initial_state_or_zero();  // (DV, DK)
+  const Matrix<Scalar> d_final = cot.d_final_state ? *cot.d_final_state
+                                                   : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
+  const Matrix<Scalar> mask = causal_mask<Scalar>(in.length());             // (L, L)
+  const Matrix<Scalar> scores = (in.q * in.k.transpose()).cwiseProduct(mask);  // (L, L)
+  const Matrix<Scalar> d_scores = (cot.d_output * in.v.transpose()).cwiseProduct(mask);  // (L, L)
+  Gradients<Scalar> g;
+  g.dq = cot.d_output * s0 + d_scores * in.k;                      // (L, DK)
+  g.dk = d_scores.transpose() * in.q + in.v * d_final;             // (L, DK)
+  g.dv = scores.transpose() * cot.d_output + in.k * d_final.transpose();  // (L, DV)
+  g.d_initial_state = cot.d_output.transpose() * in.q + d_final;  // (DV, DK)
+  return g;
+}
+
+// Reverse sweep of the recurrence with G = dL/dS_t:
+//   G ← G + do_t q_tᵀ,  dq_t = S_tᵀ do_t,  dv_t = G k_t,  dk_t = Gᵀ v_t,  and dS_0 = G at the end.
+template <class Scalar>
+Gradients<Scalar> token_recurrence_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot) {
+  in.validate();
+  const Index L = in.length();
+  std::vector<Matrix<Scalar>> states;  // S_1 .. S_L, each (DV, DK)
+  Matrix<Scalar> state = in.initial_state_or_zero();
+  for (Index t = 0; t < L; ++t) {
+    state += in.v.row(t).transpose() * in.k.row(t);
+    states.push_back(state);
+  }
+  Matrix<Scalar> grad = cot.d_final_state ? *cot.d_final_state
+                                          : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());  // (DV, DK)
+  Gradients<Scalar> g;
+  g.dq.resize(L, in.key_dim());
+  g.dk.resize(L, in.key_dim());
+  g.dv.resize(L, in.value_dim());
+  for (Index t = L - 1; t >= 0; --t) {
+    const auto d_out = cot.d_output.row(t).transpose();  // (DV, 1)
+    grad += d_out * in.q.row(t);                         // (DV, DK)
+    g.dq.row(t) = (states[t].transpose() * d_out).transpose();
+    g.dv.row(t) = (grad * in.k.row(t).transpose()).transpose();
+    g.dk.row(t) = (grad.transpose() * in.v.row(t).transpose()).transpose();
+  }
+  g.d_initial_state = grad;
+  return g;
+}
+
+// Reverse scan of boundary-state gradients G_[c] = G_[c+1] + dO_[c]ᵀ Q_[c] (G_[N] = dS_L), then
+// per chunk with E = dO Vᵀ ⊙ M_C:
+//   dQ = dO S_[c] + E K,  dK = Eᵀ Q + V G_[c+1],  dV = (Q Kᵀ ⊙ M_C)ᵀ dO + K G_[c+1]ᵀ,  dS_0 = G_[0]
+template <class Scalar, class Policy = Faithful>
+Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size) {
+  const ChunkwiseForward<Scalar> fwd = chunkwise<Scalar, Policy>(in, chunk_size);
+  std::vector<Chunk> chunks;
+  for (const Chunk& c : chunks_of(in.length(), chunk_size))
+    if (Policy::keeps_chunk(c, chunk_size)) chunks.push_back(c);
+  const Index n = static_cast<Index>(chunks.size());
+
+  std::vector<Matrix<Scalar>> after(n + 1);  // after[c] = G_[c+1], the gradient on the state after chunk c
+  Matrix<Scalar> grad = cot.d_final_state ? *cot.d_final_state
+                                          : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());  // (DV, DK)
+  for (Index c = n - 1; c >= 0; --c) {
+    after[c] = grad;
+    grad += cot.d_output.middleRows(chunks[c].begin, chunks[c].size).transpose() *
+            in.q.middleRows(chunks[c].begin, chunks[c].size);
+  }
+
+  Gradients<Scalar> g;
+  g.dq = Matrix<Scalar>::Zero(in.length(), in.key_dim());
+  g.dk = Matrix<Scalar>::Zero(in.length(), in.key_dim());
+  g.dv = Matrix<Scalar>::Zero(in.length(), in.value_dim());
+  for (Index c = 0; c < n; ++c) {
+    const Chunk& ch = chunks[c];
+    const auto q = in.q.middleRows(ch.begin, ch.size);               // (C, DK)
+    const auto k = in.k.middleRows(ch.begin, ch.size);               // (C, DK)
+    const auto v = in.v.middleRows(ch.begin, ch.size);               // (C, DV)
+    const auto d_out = cot.d_output.middleRows(ch.begin, ch.size);   // (C, DV)
+    const Matrix<Scalar> mask = chunk_mask<Scalar, Policy>(ch.size);  // (C, C)
+    const Matrix<Scalar> d_scores = (d_out * v.transpose()).cwiseProduct(mask);  // E, (C, C)
+    const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(mask);        // (C, C)
+    g.dq.middleRows(ch.begin, ch.size) = d_out * fwd.boundary_states[c] + d_scores * k;
+    g.dk.middleRows(ch.begin, ch.size) = d_scores.transpose() * q + v * after[c];
+    g.dv.middleRows(ch.begin, ch.size) = scores.transpose() * d_out + k * after[c].transpose();
+  }
+  g.d_initial_state = Policy::reads_initial_state ? grad : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rounding-error bounds (DESIGN.md, numerical policy 2).
+//
+// Every entry of o, S_L and of each gradient is a sum of products of inputs with coefficient +1,
+// so Σ|terms| is the same form evaluated on |inputs|. Any of the forms above, in a floating
+// type with unit roundoff u, accumulates at most m = L + DK + DV + 4 roundings on each term
+// (one per product, one per addition along the longest chain: a DK- or DV-long dot product,
+// an L-long sum over tokens, and the few adds that join partial results). Hence, elementwise,
+//   |computed − exact| <= γ_m · form(|inputs|),   γ_m = m·u / (1 − m·u)   (Higham, Thm 3.1).
+
+inline Index rounding_depth(Index length, Index key_dim, Index value_dim) { return length + key_dim + value_dim + 4; }
+
+template <class Scalar>
+Inputs<Scalar> absolute(const Inputs<Scalar>& in) {
+  Inputs<Scalar> a{in.q.cwiseAbs(), in.k.cwiseAbs(), in.v.cwiseAbs(), std::nullopt};
+  if (in.initial_state) a.initial_state = in.initial_state->cwiseAbs();
+  return a;
+}
+
+template <class Scalar>
+Cotangents<Scalar> absolute(const Cotangents<Scalar>& cot) {
+  Cotangents<Scalar> a{cot.d_output.cwiseAbs(), std::nullopt};
+  if (cot.d_final_state) a.d_final_state = cot.d_final_state->cwiseAbs();
+  return a;
+}
+
+// Σ|terms| of each output entry: (|Q| |S_0|ᵀ + (|Q||K|ᵀ ⊙ M)|V|, |S_0| + |V|ᵀ|K|).
+template <class Scalar>
+Forward<Scalar> forward_magnitude(const Inputs<Scalar>& in) {
+  return parallel_masked(absolute(in));
+}
+
+// Σ|terms| of each gradient entry.
+template <class Scalar>
+Gradients<Scalar> backward_magnitude(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot) {
+  return parallel_masked_backward(absolute(in), absolute(cot));
+}
+
+// ---------------------------------------------------------------------------------------
+// [B, H, L, D] batches: each head is an independent sequence.
+
+template <class Scalar>
+struct BatchInputs {
+  Tensor4<Scalar> q, k, v;                       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+  std::optional<Tensor4<Scalar>> initial_state;  // [B, H, DV, DK]
+
+  Inputs<Scalar> head(Index b, Index h) const {
+    Inputs<Scalar> in{q.head(b, h), k.head(b, h), v.head(b, h), std::nullopt};
+    if (initial_state) in.initial_state = initial_state->head(b, h);
+    return in;
+  }
+};
+
+template <class Scalar>
+struct BatchForward {
+  Tensor4<Scalar> output;       // [B, H, L, DV]
+  Tensor4<Scalar> final_state;  // [B, H, DV, DK]
+};
+
+// Applies a single-sequence forward form (parallel_masked, token_recurrence, or chunkwise with
+// its chunk size bound) to every head.
+template <class Scalar, class Form>
+BatchForward<Scalar> batched(const BatchInputs<Scalar>& in, Form&& form) {
+  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
+  require(in.k.batch == B && in.k.heads == H && in.k.rows == L && in.k.cols == DK, "k must be [B, H, L, DK] like q");
+  require(in.v.batch == B && in.v.heads == H && in.v.rows == L, "v must be [B, H, L, DV]");
+  BatchForward<Scalar> out{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
+  for_each_head(B, H, [&](Index b, Index h) {
+    const auto r = form(in.head(b, h));
+    out.output.set_head(b, h, r.output);
+    out.final_state.set_head(b, h, r.final_state);
+  });
+  return out;
+}
+
+template <class Scalar>
+struct BatchCotangents {
+  Tensor4<Scalar> d_output;                      // [B, H, L, DV]
+  std::optional<Tensor4<Scalar>> d_final_state;  // [B, H, DV, DK]
+
+  Cotangents<Scalar> head(Index b, Index h) const {
+    Cotangents<Scalar> cot{d_output.head(b, h), std::nullopt};
+    if (d_final_state) cot.d_final_state = d_final_state->head(b, h);
+    return cot;
+  }
+};
+
+template <class Scalar>
+struct BatchGradients {
+  Tensor4<Scalar> dq, dk, dv;      // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+  Tensor4<Scalar> d_initial_state;  // [B, H, DV, DK]
+};
+
+// Applies a single-sequence backward path to every head.
+template <class Scalar, class Backward>
+BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const BatchCotangents<Scalar>& cot,
+                                        Backward&& backward) {
+  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
+  BatchGradients<Scalar> out{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK),
+                             Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
+  for_each_head(B, H, [&](Index b, Index h) {
+    const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
+    out.dq.set_head(b, h, g.dq);
+    out.dk.set_head(b, h, g.dk);
+    out.dv.set_head(b, h, g.dv);
+    out.d_initial_state.set_head(b, h, g.d_initial_state);
+  });
+  return out;
+}
+
+}  // namespace deltaproof::ref::linear_attention
