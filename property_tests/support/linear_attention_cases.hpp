@@ -18,7 +18,7 @@ struct LinearAttentionCase {
 };
 std::ostream& operator<<(std::ostream& os, const LinearAttentionCase& c);
 
-rc::Gen<LinearAttentionCase> gen_linear_attention_case(ShapeLimits limits = {});
+rc::Gen<LinearAttentionCase> gen_linear_attention_case(ShapeLimits limits = {}, Entries entries = Entries::coarse);
 
 // The differentiable inputs (q, k, v and S_0 when given) as a named list, and back.
 template <class Scalar>
