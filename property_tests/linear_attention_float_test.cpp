@@ -22,14 +22,6 @@ Matrix<Exact> scaled(const Matrix<Exact>& magnitude, const LinearAttentionCase& 
   return magnitude * Exact(g);
 }
 
-template <class Scalar>
-la::Inputs<Scalar> cast_inputs(const la::Inputs<Exact>& in) {
-  la::Inputs<Scalar> out{ref::matrix_cast<Scalar>(in.q), ref::matrix_cast<Scalar>(in.k), ref::matrix_cast<Scalar>(in.v),
-                         std::nullopt};
-  if (in.initial_state) out.initial_state = ref::matrix_cast<Scalar>(*in.initial_state);
-  return out;
-}
-
 // Largest err/bound seen in this process, per scalar type: the calibration figure.
 template <class Scalar>
 double& worst_ratio() {
@@ -46,7 +38,7 @@ void track(const std::string& what, const Matrix<Scalar>& candidate, const Matri
 
 template <class Scalar>
 void check_forms_within_bound(const LinearAttentionCase& c) {
-  const la::Inputs<Scalar> in = cast_inputs<Scalar>(c.inputs);
+  const la::Inputs<Scalar> in = la::cast<Scalar>(c.inputs);
   const auto exact = la::parallel_masked(c.inputs);
   const auto magnitude = la::forward_magnitude(c.inputs);
   const Matrix<Exact> out_bound = scaled<Scalar>(magnitude.output, c);
@@ -61,9 +53,8 @@ void check_forms_within_bound(const LinearAttentionCase& c) {
 
 template <class Scalar>
 void check_backward_within_bound(const LinearAttentionCase& c) {
-  const la::Inputs<Scalar> in = cast_inputs<Scalar>(c.inputs);
-  la::Cotangents<Scalar> cot{ref::matrix_cast<Scalar>(c.cotangents.d_output), std::nullopt};
-  if (c.cotangents.d_final_state) cot.d_final_state = ref::matrix_cast<Scalar>(*c.cotangents.d_final_state);
+  const la::Inputs<Scalar> in = la::cast<Scalar>(c.inputs);
+  const la::Cotangents<Scalar> cot = la::cast<Scalar>(c.cotangents);
   const auto exact = la::parallel_masked_backward(c.inputs, c.cotangents);
   const auto magnitude = la::backward_magnitude(c.inputs, c.cotangents);
   const la::Gradients<Scalar> paths[] = {la::parallel_masked_backward(in, cot), la::token_recurrence_backward(in, cot),

@@ -5,37 +5,15 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include <functional>
 
 namespace deltaproof::testing {
 namespace {
 
 using ref::High;
 
-enum class Form { parallel, recurrent, chunkwise };
-
-// L(x) = <dO, O(x)> + <dS_L, S_L(x)> for one forward form, generic in the scalar type.
-auto loss_of(const LinearAttentionCase& c, Form form) {
-  return [&c, form](const auto& params) {
-    using T = typename std::decay_t<decltype(params[0].value)>::Scalar;
-    const la::Inputs<T> in = inputs_of(params);
-    la::Forward<T> out;
-    if (form == Form::parallel) out = la::parallel_masked(in);
-    else if (form == Form::recurrent) out = la::token_recurrence(in);
-    else out = la::chunkwise(in, c.shape.chunk_size);
-    T value = ref::frobenius_inner(ref::matrix_cast<T>(c.cotangents.d_output), out.output);
-    if (c.cotangents.d_final_state)
-      value += ref::frobenius_inner(ref::matrix_cast<T>(*c.cotangents.d_final_state), out.final_state);
-    return value;
-  };
-}
-
-template <class Scalar>
-la::Gradients<Scalar> backward_of(const la::Inputs<Scalar>& in, const la::Cotangents<Scalar>& cot, Form form, Index chunk) {
-  if (form == Form::parallel) return la::parallel_masked_backward(in, cot);
-  if (form == Form::recurrent) return la::token_recurrence_backward(in, cot);
-  return la::chunkwise_backward(in, cot, chunk);
-}
+using la::Form;
+using la::params_of;
+using la::inputs_of;
 
 rc::Gen<ref::Params<Exact>> gen_direction(const ref::Params<Exact>& like) {
   std::vector<rc::Gen<Matrix<Exact>>> parts;
@@ -54,8 +32,8 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardEqualsExactDirectionalDerivative
   const auto x = params_of(c.inputs);
   const auto u = *gen_direction(x);
   for (Form form : {Form::parallel, Form::recurrent, Form::chunkwise}) {
-    const Exact exact = ref::exact_directional_derivative(loss_of(c, form), x, u);
-    const auto grads = params_of(backward_of(c.inputs, c.cotangents, form, c.shape.chunk_size),
+    const Exact exact = ref::exact_directional_derivative(la::loss_of(form, c.shape.chunk_size, c.cotangents), x, u);
+    const auto grads = params_of(la::backward(form, c.inputs, c.cotangents, c.shape.chunk_size),
                                  c.inputs.initial_state.has_value());
     const Exact analytic = ref::inner(grads, u);
     RC_ASSERT(analytic == exact);
@@ -71,11 +49,10 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardMatchesCentralDifferencesInHigh,
   const auto u = ref::params_cast<High>(*gen_direction(params_of(c.inputs)));
   const High step("1e-20");
   const la::Inputs<High> in = inputs_of(x);
-  la::Cotangents<High> cot{ref::matrix_cast<High>(c.cotangents.d_output), std::nullopt};
-  if (c.cotangents.d_final_state) cot.d_final_state = ref::matrix_cast<High>(*c.cotangents.d_final_state);
+  const la::Cotangents<High> cot = la::cast<High>(c.cotangents);
   for (Form form : {Form::parallel, Form::recurrent, Form::chunkwise}) {
-    const High fd = ref::central_difference(loss_of(c, form), x, u, step);
-    const auto grads = params_of(backward_of(in, cot, form, c.shape.chunk_size), in.initial_state.has_value());
+    const High fd = ref::central_difference(la::loss_of(form, c.shape.chunk_size, c.cotangents), x, u, step);
+    const auto grads = params_of(la::backward(form, in, cot, c.shape.chunk_size), in.initial_state.has_value());
     const High analytic = ref::inner(grads, u);
     // Relative to |∇L·u|, or to Σ|∇L||u| when ∇L·u happens to vanish.
     High scale = abs(analytic);
