@@ -47,7 +47,17 @@ struct Pass {
   void* boundary;  // packed [B, H, N, value_dim, key_dim], or null
   int batch, heads, length, key_dim, value_dim, chunk_size;
   bool reversed;
+  PlantedBug bug;
 };
+
+// Chunk count and causal mask, with the planted bugs that break them.
+__device__ __forceinline__ int chunk_count(const Pass& p, int C) {
+  return p.bug == PlantedBug::dropped_partial_chunk ? p.length / C : (p.length + C - 1) / C;
+}
+__device__ __forceinline__ bool in_mask(const Pass& p, int i, int j) {
+  return p.bug == PlantedBug::strict_causal_mask ? j < i : j <= i;
+}
+__device__ __forceinline__ bool reads_initial(const Pass& p) { return p.s0 && p.bug != PlantedBug::lost_initial_state; }
 
 __device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
 
@@ -90,11 +100,11 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
   for (int e = tid; e < TV * K; e += NT) {
     const int r = e / K, c = e % K;
     A s = 0;
-    if (p.s0 && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
+    if (reads_initial(p) && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
     S[r * Kp + c] = s;
   }
 
-  const int chunks = (L + C - 1) / C;
+  const int chunks = chunk_count(p, C);
   for (int n = 0; n < chunks; ++n) {
     const int t0 = n * C, cn = min(C, L - t0);
     for (int e = tid; e < C * TV; e += NT) {
@@ -118,7 +128,7 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
       __syncthreads();
       for (int r = 0; r < kScorePerThread; ++r) {
         const int idx = tid + r * NT, i = idx / C, j = idx % C;
-        if (idx < C * C && j <= i)
+        if (idx < C * C && in_mask(p, i, j))
           for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
       }
       for (int r = 0; r < kOutPerThread; ++r) {
@@ -131,14 +141,14 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
         if (kk >= width) continue;
         A s = S[c * Kp + s0 + kk];
         if (p.boundary && v0 + c < V)
-          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * chunks + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
+          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
         for (int j = 0; j < cn; ++j) s = fma(Vt[j * TV + c], Ks[j * (KS + 1) + kk], s);
         S[c * Kp + s0 + kk] = s;
       }
     }
     for (int r = 0; r < kScorePerThread; ++r) {
       const int idx = tid + r * NT;
-      if (idx < C * C) As[idx] = (idx % C <= idx / C) ? score_acc[r] : A(0);
+      if (idx < C * C) As[idx] = in_mask(p, idx / C, idx % C) ? score_acc[r] : A(0);
     }
     __syncthreads();
     for (int r = 0; r < kOutPerThread; ++r) {
@@ -165,7 +175,7 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
 constexpr int kDecodeWarps = 4, kDecodeRows = 4;
 
 template <class T, class A, int NC>
-__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p) {
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p, PlantedBug bug) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int row0 = (blockIdx.x * kDecodeWarps + warp) * kDecodeRows;
@@ -179,7 +189,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
   for (int r = 0; r < kDecodeRows; ++r)
     for (int j = 0; j < NC; ++j) {
       const int row = row0 + r, col = lane + 32 * j;
-      s[r][j] = (s_in && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
+      s[r][j] = (s_in && bug != PlantedBug::lost_initial_state && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
     }
   const T* q = static_cast<const T*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
   const T* k = static_cast<const T*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
@@ -197,8 +207,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
       const A vr = row < V ? to_acc<A>(v[t * p.v_strides.row + row]) : A(0);
       A partial = 0;
       for (int j = 0; j < NC; ++j) {
+        if (bug == PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
         s[r][j] = fma(vr, kc[j], s[r][j]);
-        partial = fma(s[r][j], qc[j], partial);
+        if (bug != PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
       }
       for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
       if (lane == 0 && row < V) o[t * p.output_strides.row + row] = from_acc<T>(partial);
@@ -284,13 +295,14 @@ __global__ void __launch_bounds__(kTcThreads) pass_tensor_core(Pass p, bool vec)
   for (int e = tid; e < kTcTileV * kTcKeyDim; e += kTcThreads) {
     const int r = e / kTcKeyDim, c = e % kTcKeyDim;
     float s = 0;
-    if (p.s0 && v0 + r < V && c < K)
+    if (reads_initial(p) && v0 + r < V && c < K)
       s = static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
     Sf[r * Lay::sf_ld + c] = s;
   }
   __syncthreads();
 
-  const int chunks = (L + C - 1) / C;
+  const int chunks = chunk_count(p, C);
+  const bool single = p.bug == PlantedBug::single_bf16_operands;
   for (int n = 0; n < chunks; ++n) {
     const int t0 = n * C, cn = min(C, L - t0);
     // 1. Load the chunk; split S_[c] into hi + lo (and expose it when asked).
@@ -301,10 +313,10 @@ __global__ void __launch_bounds__(kTcThreads) pass_tensor_core(Pass p, bool vec)
       const int r = e / kTcKeyDim, c = e % kTcKeyDim;
       const float s = Sf[r * Lay::sf_ld + c];
       if (p.boundary && v0 + r < V && c < K)
-        static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * chunks + n) * V * K + std::int64_t(v0 + r) * K + c] = s;
+        static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n) * V * K + std::int64_t(v0 + r) * K + c] = s;
       const bf16 hi = __float2bfloat16_rn(s);
       Shi[r * Lay::sb_ld + c] = hi;
-      Slo[r * Lay::sb_ld + c] = __float2bfloat16_rn(s - __bfloat162float(hi));
+      Slo[r * Lay::sb_ld + c] = __float2bfloat16_rn(single ? 0.f : s - __bfloat162float(hi));
     }
     __syncthreads();
 
@@ -344,10 +356,10 @@ __global__ void __launch_bounds__(kTcThreads) pass_tensor_core(Pass p, bool vec)
     // 3. Causal mask, then P = hi + lo.
     for (int e = tid; e < C * C; e += kTcThreads) {
       const int i = e / C, j = e % C;
-      const float x = j <= i ? Af[i * Lay::af_ld + j] : 0.f;
+      const float x = in_mask(p, i, j) ? Af[i * Lay::af_ld + j] : 0.f;
       const bf16 hi = __float2bfloat16_rn(x);
       Phi[i * Lay::p_ld + j] = hi;
-      Plo[i * Lay::p_ld + j] = __float2bfloat16_rn(x - __bfloat162float(hi));
+      Plo[i * Lay::p_ld + j] = __float2bfloat16_rn(single ? 0.f : x - __bfloat162float(hi));
     }
     __syncthreads();
 
@@ -407,6 +419,8 @@ __global__ void __launch_bounds__(kTcThreads) pass_tensor_core(Pass p, bool vec)
 // ---------------------------------------------------------------------------------------
 // Host side: validation, pass construction, dispatch.
 
+PlantedBug planted_bug = PlantedBug::none;
+
 bool is_supported_chunk(int c) {
   for (int s : supported_chunk_sizes)
     if (c == s) return true;
@@ -454,6 +468,7 @@ Pass make_pass(const void* q, Strides qs, const void* k, Strides ks, const void*
   p.q_s = qs, p.k_s = ks, p.v_s = vs, p.out_s = os;
   p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim, p.value_dim = value_dim;
   p.chunk_size = chunk, p.reversed = reversed;
+  p.bug = planted_bug;
   return p;
 }
 
@@ -517,6 +532,8 @@ void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void plant_bug(PlantedBug bug) { planted_bug = bug; }
 
 bool uses_tensor_cores(DType dtype, int key_dim, int value_dim) {
   return dtype == DType::bf16 && key_dim <= kTcKeyDim && value_dim <= kTcKeyDim;
@@ -666,10 +683,10 @@ void run_decode(const DecodeParams& p, cudaStream_t stream) {
   const dim3 grid((p.value_dim + kDecodeWarps * kDecodeRows - 1) / (kDecodeWarps * kDecodeRows), p.batch * p.heads);
   const int columns_per_lane = (p.key_dim + 31) / 32;
   const std::string name = "linear_attention decode_kernel";
-  if (columns_per_lane <= 1) decode_kernel<T, A, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (columns_per_lane <= 2) decode_kernel<T, A, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (columns_per_lane <= 4) decode_kernel<T, A, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else decode_kernel<T, A, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  if (columns_per_lane <= 1) decode_kernel<T, A, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 2) decode_kernel<T, A, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 4) decode_kernel<T, A, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else decode_kernel<T, A, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
   check_launch(name);
 }
 }  // namespace
