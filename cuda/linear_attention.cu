@@ -249,8 +249,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 
 // ---------------------------------------------------------------------------------------
 // Tensor-core pass (bf16 inputs, key_dim ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
-// Block = 64 value columns of one head, 4 warps, ≈79 KB shared memory (two blocks per SM).
-// The fp32 state tile lives in registers as mma accumulators: warp w owns its rows 16w..16w+15.
+// Block = 64 value columns of one head, 8 warps, ≈79 KB shared memory (two blocks per SM).
+// The fp32 state tile lives in registers as mma accumulators: warp w owns state rows
+// 16·(w%4).. +15 and key columns 64·(w/4).. +63.
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
@@ -260,7 +261,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // state rows to shared memory as hi/lo; one barrier; scores, output and state update; one barrier.
 
 using bf16 = __nv_bfloat16;
-constexpr int kTcWarps = 4, kTcThreads = 32 * kTcWarps, kTcTileV = 64, kTcKeyDim = 128;
+constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcTileV = 64, kTcKeyDim = 128;
+constexpr int kTcStateKeys = kTcKeyDim / 2;  // key columns of the state each warp owns
 constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8;  // padded rows: ldmatrix without bank conflicts
 
 struct TcLayout {
@@ -326,7 +328,7 @@ __device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, st
 template <int C>
 __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool vec) {
   constexpr int kRowBlocks = C / 16;                        // 16-row blocks of a chunk
-  constexpr int kColumnGroups = kTcWarps / kRowBlocks;      // warps sharing one row block
+  constexpr int kColumnGroups = kTcWarps / kRowBlocks < 4 ? kTcWarps / kRowBlocks : 4;  // warps per row block
   constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
   constexpr int kScoreTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -342,6 +344,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
   const int K = p.key_dim, V = p.value_dim, L = p.length;
   const int k_steps = (K + 15) / 16;
   const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
+  const int state_rows = 16 * (warp % 4), state_key0 = kTcStateKeys * (warp / 4);
   const int out_col0 = column_group * (kTcTileV / kColumnGroups);
   const bool single = p.bug == PlantedBug::single_bf16_operands;
 
@@ -350,14 +354,14 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
   bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
 
-  // State rows 16·warp + {g, g+8}, key columns 8·n + 2t + {0, 1}, in accumulator layout.
-  float S[kTcKeyDim / 8][4];
-  const int s_row0 = v0 + 16 * warp + g;
+  // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
+  float S[kTcStateKeys / 8][4];
+  const int s_row0 = v0 + state_rows + g;
 #pragma unroll
-  for (int n = 0; n < kTcKeyDim / 8; ++n)
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
-      const int row = s_row0 + (x / 2) * 8, col = 8 * n + 2 * t + x % 2;
+      const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
       S[n][x] = (reads_initial(p) && row < V && col < K)
                     ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + row * p.s0_r + col * p.s0_c]
                     : 0.f;
@@ -371,10 +375,10 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
     load_tile(Ks, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
     load_tile(Vs, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
 #pragma unroll
-    for (int n = 0; n < kTcKeyDim / 8; ++n)
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = 16 * warp + g + 8 * half, c = 8 * n + 2 * t;
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
         unsigned hi, lo;
         split_pair(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
         *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
@@ -390,90 +394,92 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
 
     // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal), and
     //    O = Q (S_hi + S_lo)ᵀ for its output columns, sharing the Q fragments.
-    float P[kScoreTiles][4], O[kOutTiles][4];
+    if (computes_output) {
+      float P[kScoreTiles][4], O[kOutTiles][4];
 #pragma unroll
-    for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
+      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
 #pragma unroll
-    for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
-    const int i0 = 16 * row_block;
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+      const int i0 = 16 * row_block;
 #pragma unroll
-    for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
-      if (kk >= k_steps) break;
-      unsigned a[4];
-      ldmatrix_x4(a, Qs + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, Qs + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-      for (int n = 0; n < kScoreTiles; n += 2) {
-        if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
-        unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
-        ldmatrix_x4(bk, Ks + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_bf16(P[n], a, bk[0], bk[1]);
-        mma_bf16(P[n + 1], a, bk[2], bk[3]);
-      }
+        for (int n = 0; n < kScoreTiles; n += 2) {
+          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
+          unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
+          ldmatrix_x4(bk, Ks + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(P[n], a, bk[0], bk[1]);
+          mma_bf16(P[n + 1], a, bk[2], bk[3]);
+        }
 #pragma unroll
-      for (int n = 0; n < kOutTiles; n += 2) {
-        const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
-        const int key = kk * 16 + ((lane >> 3) & 1) * 8;
-        unsigned bh[4], bl[4];
-        ldmatrix_x4(bh, Shi + c * kTcLd + key);
-        ldmatrix_x4(bl, Slo + c * kTcLd + key);
-        mma_bf16(O[n], a, bh[0], bh[1]);
-        mma_bf16(O[n + 1], a, bh[2], bh[3]);
-        mma_bf16(O[n], a, bl[0], bl[1]);
-        mma_bf16(O[n + 1], a, bl[2], bl[3]);
-      }
-    }
-    // 3. Causal mask, P = hi + lo in A-operand layout, then O += (P_hi + P_lo) V.
-    unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
-#pragma unroll
-    for (int n = 0; n < kScoreTiles; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
-        const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
-        const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
-        split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
-      }
-#pragma unroll
-    for (int jj = 0; jj < kRowBlocks; ++jj) {
-      if (jj > row_block) break;
-      const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
-      const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
-#pragma unroll
-      for (int n = 0; n < kOutTiles; n += 2) {
-        unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bv, Vs + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
-        mma_bf16(O[n], ah, bv[0], bv[1]);
-        mma_bf16(O[n + 1], ah, bv[2], bv[3]);
-        mma_bf16(O[n], al, bv[0], bv[1]);
-        mma_bf16(O[n + 1], al, bv[2], bv[3]);
-      }
-    }
-    // 4. Store this warp's output tile, rounded to bf16.
-#pragma unroll
-    for (int n = 0; n < kOutTiles; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
-        if (i >= cn) continue;
-        bf16* dst = out + token_row(p, t0 + i) * p.out_s.row + c;
-        if (vec) {
-          if (c < V) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
-        } else {
-          if (c < V) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
-          if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
+          const int key = kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];
+          ldmatrix_x4(bh, Shi + c * kTcLd + key);
+          ldmatrix_x4(bl, Slo + c * kTcLd + key);
+          mma_bf16(O[n], a, bh[0], bh[1]);
+          mma_bf16(O[n + 1], a, bh[2], bh[3]);
+          mma_bf16(O[n], a, bl[0], bl[1]);
+          mma_bf16(O[n + 1], a, bl[2], bl[3]);
         }
       }
+      // 3. Causal mask, P = hi + lo in A-operand layout, then O += (P_hi + P_lo) V.
+      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
+          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
+        }
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj > row_block) break;
+        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
+        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bv, Vs + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_bf16(O[n], ah, bv[0], bv[1]);
+          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
+          mma_bf16(O[n], al, bv[0], bv[1]);
+          mma_bf16(O[n + 1], al, bv[2], bv[3]);
+        }
+      }
+      // 4. Store this warp's output tile, rounded to bf16.
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
+          if (i >= cn) continue;
+          bf16* dst = out + token_row(p, t0 + i) * p.out_s.row + c;
+          if (vec) {
+            if (c < V) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
+          } else {
+            if (c < V) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+            if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+          }
+        }
+    }
     // 5. State update of this warp's rows: S += Vᵀ K over the chunk.
 #pragma unroll
     for (int jj = 0; jj < kRowBlocks; ++jj) {
       if (jj * 16 >= cn) break;  // zero rows add nothing
       unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
-      ldmatrix_x4_trans(a, Vs + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + 16 * warp + ((lane >> 3) & 1) * 8);
+      ldmatrix_x4_trans(a, Vs + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
 #pragma unroll
-      for (int n = 0; n < kTcKeyDim / 8; n += 2) {
-        if (n * 8 >= k_steps * 16) break;
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
         unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bk, Ks + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + 8 * n + (lane >> 4) * 8);
+        ldmatrix_x4_trans(bk, Ks + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
         mma_bf16(S[n], a, bk[0], bk[1]);
         mma_bf16(S[n + 1], a, bk[2], bk[3]);
       }
@@ -482,10 +488,10 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
   }
   if (p.s_final)
 #pragma unroll
-    for (int n = 0; n < kTcKeyDim / 8; ++n)
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const int row = s_row0 + (x / 2) * 8, col = 8 * n + 2 * t + x % 2;
+        const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
         if (row < V && col < K)
           static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + row * p.sf_r + col * p.sf_c] = S[n][x];
       }
