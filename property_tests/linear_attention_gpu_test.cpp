@@ -1,35 +1,20 @@
 // Linear attention kernels (cuda/linear_attention.h) against the exact oracle
 // (reference/linear_attention.hpp), on the exact values of the kernels' rounded inputs.
 //
-// The rounding bound (DESIGN.md, numerical policy 2), derived here once and used by every check:
-//
-// 1. Inputs. Each input is rounded to the kernel dtype once, on the host (device_tensors.hpp); the
-//    oracle runs on the exact values of those rounded numbers, so input rounding costs nothing.
-// 2. Accumulation. Every entry of o, S_L and of each gradient is a sum of products of inputs
-//    (coefficients +1); its magnitude Σ|terms| is the same form on |inputs|
-//    (la::forward_magnitude, la::backward_magnitude). The kernels accumulate in fp32 (fp64 for
-//    fp64 inputs) along chains no longer than
-//        m = L + ceil(L/C) + DK + DV + C + 8:
-//    the state adds L token products (one FMA each) and N chunk joins; an output then adds one dot
-//    product of length DK (DV in the dQ/dK passes) with the state and at most C masked scores,
-//    each score itself a dot product of that length; decode's warp butterfly adds 5 levels (< 8).
-//    Hence |computed − exact| <= γ_m(u)·magnitude (Higham, Thm 3.1), u = 2⁻²⁴ (2⁻⁵³ for fp64).
-//    Tensor-core pass (bf16): products of bf16 are exact in fp32, but the sums are aligned and
-//    truncated rather than rounded (Fasi, Higham, Mikaitis, Pranesh, PeerJ CS 2021): relative error
-//    < 2⁻²³ per addition, so u = 2⁻²³ there. The fp32 operands S and P enter as hi + lo bf16 pairs,
-//    exact to a relative 2⁻¹⁶ (|x − hi| <= 2⁻⁸|x|, |x − hi − lo| <= 2⁻⁸|x − hi|), adding
-//    2⁻¹⁶·(1 + γ_m)·magnitude.
-// 3. Output rounding. A bf16 (fp16) output is the accumulated value rounded once more:
-//    + u_out·(|exact| + accumulation bound), u_out = 2⁻⁸ (2⁻¹¹); fp32/fp64 outputs and every state
-//    (kept in the accumulation type) have no such step.
-// The bound is elementwise; a comparison fails when any one entry exceeds it, and prints the case,
-// max and RMS error, the bound and the worst index.
+// The rounding bound (DESIGN.md, numerical policy 2) is derived in
+// reference/linear_attention_kernel_bound.hpp: inputs rounded once on the host (the oracle sees
+// their exact values), fp32/fp64 accumulation along chains of depth m = L + ceil(L/C) + DK + DV +
+// C + 8 (γ_m·magnitude; u = 2⁻²³ for tensor cores, which truncate, plus 2⁻¹⁶ for the hi/lo bf16
+// operands), and one final rounding of a bf16/fp16 output (u_out·|o|). It is elementwise; a
+// comparison fails when any one entry exceeds it, and prints the case, max and RMS error, the
+// bound and the worst index.
 #include "cuda/linear_attention.h"
 #include "property_tests/support/device_tensors.hpp"
 #include "property_tests/support/gpu.hpp"
 #include "reference/error_report.hpp"
 #include "reference/gradcheck.hpp"
 #include "reference/linear_attention.hpp"
+#include "reference/linear_attention_kernel_bound.hpp"
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -134,32 +119,17 @@ rc::Gen<GpuCase> gen_gpu_case(GpuLimits limits = {}) {
 // ---------------------------------------------------------------------------------------
 // The bound
 
-struct Precision {
-  double accumulation = 0;  // c: |accumulated − exact| <= c·magnitude
-  double output = 0;        // u_out of the output dtype (0 for fp32/fp64 outputs and for states)
-};
-
-Index depth(Index L, Index C, Index DK, Index DV) { return L + (L + C - 1) / C + DK + DV + C + 8; }
+using Precision = la::KernelPrecision;
 
 Precision precision_of(const GpuShape& s, bool is_state, Index depth_length = -1, Index depth_chunk = -1) {
   const Index L = depth_length > 0 ? depth_length : s.length, C = depth_chunk > 0 ? depth_chunk : s.chunk_size;
-  const Index m = depth(L, C, s.key_dim, s.value_dim);
-  Precision p;
-  if (kla::uses_tensor_cores(s.dtype, s.key_dim, s.value_dim)) {
-    const double g = ref::gamma(m, std::ldexp(1.0, -23));
-    p.accumulation = g + std::ldexp(1.0, -16) * (1 + g);
-  } else {
-    p.accumulation = ref::gamma(m, s.dtype == DType::f64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24));
-  }
-  if (!is_state) p.output = s.dtype == DType::bf16 ? std::ldexp(1.0, -8) : s.dtype == DType::f16 ? std::ldexp(1.0, -11) : 0;
-  return p;
+  const double u_out = is_state ? 0 : s.dtype == DType::bf16 ? std::ldexp(1.0, -8) : s.dtype == DType::f16 ? std::ldexp(1.0, -11) : 0;
+  return la::kernel_precision(la::kernel_rounding_depth(L, C, s.key_dim, s.value_dim), s.dtype == DType::f64,
+                              kla::uses_tensor_cores(s.dtype, s.key_dim, s.value_dim), u_out);
 }
 
 Matrix<Exact> bound_of(const Matrix<Exact>& magnitude, const Matrix<Exact>& exact, const Precision& p, int copies = 1) {
-  const Exact c(p.accumulation), u(p.output);  // exact images of the two doubles
-  Matrix<Exact> accumulated = magnitude * c;
-  Matrix<Exact> b = accumulated + (exact.cwiseAbs() + accumulated) * u;
-  return b * Exact(copies);
+  return la::kernel_bound(magnitude, exact, p) * Exact(copies);
 }
 
 // Empty when within bound; otherwise the full description of the failure.
