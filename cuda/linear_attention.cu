@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
-// single cast would add (see the bound in linear_attention_gpu_test.cpp). P never leaves
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). P never leaves
 // registers: the accumulator layout of two adjacent n8 tiles is the A-operand layout of one k16
 // step (as in FlashAttention-2). Per chunk: copy Q, K, V in (cp.async) while each warp writes its
 // state rows to shared memory as hi/lo; one barrier; scores, output and state update; one barrier.

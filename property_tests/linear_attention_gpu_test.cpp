@@ -380,7 +380,6 @@ std::string check_decode_after_prefill(const GpuCase& c, Index prefill) {
     head_case.inputs.v = rows_of(c.inputs.v, 0, prefill);
     head_case.cotangents.d_output = rows_of(c.cotangents.d_output, 0, prefill);
     const DeviceInputs head_in = upload_case(head_case);
-    const GpuShape head_shape = head_case.shape;
     DeviceTensor state = allocate(state_dtype(s), s.batch, s.heads, s.value_dim, s.key_dim);
     {
       DeviceTensor out = allocate(s.dtype, s.batch, s.heads, prefill, s.value_dim);
@@ -413,7 +412,6 @@ std::string check_decode_after_prefill(const GpuCase& c, Index prefill) {
         failure = within("decode after prefill, final state", s, b, h, decoded_state.head(b, h),
                          one_pass.final_state.head(b, h), bound_of(mag.final_state, exact.final_state, state_p, 2));
     });
-    (void)head_shape;
     return failure;
   });
 }
