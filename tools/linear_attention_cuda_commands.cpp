@@ -8,6 +8,7 @@
 #include "reference/linear_attention_kernel_bound.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
+#include "tools/linear_attention_case.hpp"
 #include "tools/report.hpp"
 
 #include <cmath>
@@ -38,25 +39,7 @@ std::optional<int> unusable(const CaseOptions& o) {
   return std::nullopt;
 }
 
-// The case of `--impl reference` (entries n/2^22, |n| < 2^22; S_0 and dS_L given). bf16 and
-// fp16 round these; the oracle then runs on the rounded values.
-struct ExactCase {
-  la::Inputs<Exact> inputs;
-  la::Cotangents<Exact> cotangents;
-};
-ExactCase make_case(const CaseOptions& o) {
-  ref::RandomDyadic random(o.seed);
-  constexpr int scale = 1 << 22;
-  auto draw = [&](Index rows, Index cols) { return random.matrix<Exact>(rows, cols, scale - 1, scale); };
-  ExactCase c;
-  c.inputs.q = draw(o.length, o.key_dim);
-  c.inputs.k = draw(o.length, o.key_dim);
-  c.inputs.v = draw(o.length, o.value_dim);
-  c.inputs.initial_state = draw(o.value_dim, o.key_dim);
-  c.cotangents.d_output = draw(o.length, o.value_dim);
-  c.cotangents.d_final_state = draw(o.value_dim, o.key_dim);
-  return c;
-}
+using ExactCase = LinearAttentionCase;
 
 Tensor4<Exact> as_tensor(const Matrix<Exact>& m) {
   Tensor4<Exact> t(1, 1, m.rows(), m.cols());
@@ -139,7 +122,7 @@ int verify_linear_attention_cuda(const CaseOptions& o) {
   if (const auto code = unusable(o)) return *code;
   print_case("verify", o);
   std::cout << "\n";
-  const ExactCase c = make_case(o);
+  const ExactCase c = make_linear_attention_case(o);
   ComparisonTable forward("forward kernel (output o, final state S_L) vs the exact oracle");
   ComparisonTable backward("backward kernel (dq, dk, dv, dS_0 of <dO, o> + <dS_L, S_L>) vs the exact oracle");
   for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
@@ -177,7 +160,7 @@ int verify_linear_attention_cuda(const CaseOptions& o) {
 // kernels may add their rounding bound at each point (over 2h) and in each gradient entry (times |u|).
 int gradcheck_linear_attention_cuda(const CaseOptions& o) {
   if (const auto code = unusable(o)) return *code;
-  const ExactCase c = make_case(o);
+  const ExactCase c = make_linear_attention_case(o);
   const KernelRun at = run_kernels(c, DType::f64, int(o.chunk_size));
   const Bounds bound = bounds_for(o, DType::f64);
   const auto exact_grad = la::parallel_masked_backward(c.inputs, c.cotangents);
