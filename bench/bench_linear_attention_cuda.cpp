@@ -131,7 +131,7 @@ void BM_LinearAttentionBackward(benchmark::State& state) {
 
 void BM_LinearAttentionDecode(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), T = static_cast<int>(state.range(1));
-  const std::size_t tokens = std::size_t{B} * kHeads * T * kDim, states = std::size_t{B} * kHeads * kDim * kDim;
+  const std::size_t tokens = static_cast<std::size_t>(B) * kHeads * T * kDim, states = static_cast<std::size_t>(B) * kHeads * kDim * kDim;
   struct Set { void *q, *k, *v, *o, *s; };
   static std::vector<Set> sets;  // kept across repetitions (one shape is benchmarked)
   if (sets.empty())
