@@ -8,9 +8,9 @@
 namespace deltaproof::testing {
 namespace {
 
-constexpr ShapeLimits kBackward{.max_length = 40, .max_dim = 10, .max_chunk = 40};
-constexpr ShapeLimits kDual{.max_length = 20, .max_dim = 8, .max_chunk = 20};
-constexpr ShapeLimits kHigh{.max_length = 14, .max_dim = 6, .max_chunk = 14};
+constexpr ShapeLimits kBackward{.max_length = 64, .max_dim = 16, .max_chunk = 64};
+constexpr ShapeLimits kDual{.max_length = 32, .max_dim = 12, .max_chunk = 32};
+constexpr ShapeLimits kHigh{.max_length = 20, .max_dim = 8, .max_chunk = 20};
 
 RC_GTEST_PROP(GatedDeltaRuleGradients, BackwardPathsEqualOverRationals, ()) {
   const auto c = *gen_gated_delta_case(kBackward);
