@@ -12,6 +12,7 @@
 #include "reference/gated_delta_rule.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace deltaproof::ref {
@@ -22,8 +23,12 @@ struct ConditioningRow {
   double max_abs_w = 0, max_abs_u = 0;     // max |W_ij|, |U_ij|: what a kernel stores
   double chunkwise_relative_l2 = 0;        // ‖O_float − O‖ / ‖O‖, chunkwise form in the floating type
   double chunkwise_max_abs = 0;            // max |O_float − O|
+  double chunkwise_worst_row = 0;          // max over tokens t of ‖o_t,float − o_t‖ / ‖o_t‖ (small early rows included)
   double recurrence_relative_l2 = 0;       // the same for the token recurrence (independent of C)
-  bool chunkwise_finite = true;            // false when the floating chunkwise output has inf or NaN
+  double recurrence_worst_row = 0;
+  bool chunkwise_finite = true;            // false when the floating output overflowed (inf or NaN)
+  bool recurrence_finite = true;
+  double max_abs_output = 0;               // max |O_ij| of the exact output, for scale
 };
 
 namespace detail {
@@ -40,7 +45,23 @@ std::vector<ConditioningRow> conditioning(const In& exact_in, const std::vector<
                                           RecurrenceFn&& recurrence, CastFn&& cast) {
   const Matrix<Exact> reference = recurrence(exact_in).output;  // (L, DV), exact
   const auto float_in = cast(exact_in);
-  const Matrix<Exact> recurrent = matrix_cast<Exact>(recurrence(float_in).output);
+  const Matrix<Float> recurrent = recurrence(float_in).output;
+  // Errors in Exact; an output that overflowed counts as an infinite error.
+  struct Errors {
+    double relative_l2 = INFINITY, max_abs = INFINITY, worst_row = INFINITY;
+  };
+  auto error_of = [&](const Matrix<Float>& out) {
+    Errors e;
+    if (!out.allFinite()) return e;
+    const Matrix<Exact> candidate = matrix_cast<Exact>(out);
+    e.relative_l2 = relative_l2(candidate, reference);
+    e.max_abs = compare<Exact>("output", candidate, reference).max_abs;
+    e.worst_row = 0;
+    for (Index t = 0; t < reference.rows(); ++t)
+      e.worst_row = std::max(e.worst_row, relative_l2<Exact>(candidate.row(t), reference.row(t)));
+    return e;
+  };
+  const Errors recurrence_error = error_of(recurrent);
   std::vector<ConditioningRow> rows;
   for (Index c : chunk_sizes) {
     ConditioningRow row;
@@ -53,14 +74,14 @@ std::vector<ConditioningRow> conditioning(const In& exact_in, const std::vector<
     }
     const Matrix<Float> out = chunkwise(float_in, c).output;
     row.chunkwise_finite = out.allFinite();
-    if (row.chunkwise_finite) {
-      const Matrix<Exact> candidate = matrix_cast<Exact>(out);
-      row.chunkwise_relative_l2 = relative_l2(candidate, reference);
-      row.chunkwise_max_abs = compare<Exact>("output", candidate, reference).max_abs;
-    } else {
-      row.chunkwise_relative_l2 = row.chunkwise_max_abs = INFINITY;
-    }
-    row.recurrence_relative_l2 = relative_l2(recurrent, reference);
+    const Errors chunk_error = error_of(out);
+    row.chunkwise_relative_l2 = chunk_error.relative_l2;
+    row.chunkwise_max_abs = chunk_error.max_abs;
+    row.chunkwise_worst_row = chunk_error.worst_row;
+    row.recurrence_finite = recurrent.allFinite();
+    row.recurrence_relative_l2 = recurrence_error.relative_l2;
+    row.recurrence_worst_row = recurrence_error.worst_row;
+    row.max_abs_output = max_abs(reference);
     rows.push_back(row);
   }
   return rows;
