@@ -10,7 +10,7 @@ namespace {
 
 // Exact DeltaNet entries grow with L (unnormalized keys multiply them by up to 4·DK per token),
 // so shapes stay below the linear-attention suite's caps; C covers 1..L+1 all the same.
-constexpr ShapeLimits kForms{.max_length = 48, .max_dim = 12, .max_chunk = 40};
+constexpr ShapeLimits kForms{.max_length = 96, .max_dim = 24, .max_chunk = 64};
 
 RC_GTEST_PROP(DeltaRuleForms, TokenViewsAndAffineScanAgree, ()) { check_delta_token_views_agree(*gen_delta_case(kForms)); }
 

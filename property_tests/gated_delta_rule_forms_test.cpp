@@ -9,7 +9,7 @@
 namespace deltaproof::testing {
 namespace {
 
-constexpr ShapeLimits kForms{.max_length = 48, .max_dim = 12, .max_chunk = 40};
+constexpr ShapeLimits kForms{.max_length = 96, .max_dim = 24, .max_chunk = 64};
 
 RC_GTEST_PROP(GatedDeltaRuleForms, TokenViewsAndAffineScanAgree, ()) {
   check_gated_token_views_agree(*gen_gated_delta_case(kForms));

@@ -8,7 +8,7 @@
 namespace deltaproof::testing {
 namespace {
 
-constexpr ShapeLimits kBackward{.max_length = 64, .max_dim = 16, .max_chunk = 64};
+constexpr ShapeLimits kBackward{.max_length = 96, .max_dim = 24, .max_chunk = 64};
 constexpr ShapeLimits kDual{.max_length = 32, .max_dim = 12, .max_chunk = 32};
 constexpr ShapeLimits kHigh{.max_length = 20, .max_dim = 8, .max_chunk = 20};
 
