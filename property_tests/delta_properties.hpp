@@ -166,13 +166,13 @@ template <class Policy = dr::Faithful>
 void check_delta_exact_directional_derivative(const DeltaCase& c, const ref::Params<Exact>& direction) {
   const Index chunk = c.shape.chunk_size;
   const auto grad = dr::chunkwise_backward<Exact, Policy>(c.inputs, c.cotangents, chunk);
-  const Exact analytic = ref::inner(delta_params(grad, c.inputs.initial_state.has_value()), direction);
-  const auto x = delta_params(c.inputs);
+  const Exact analytic = ref::inner(dr::params_of(grad, c.inputs.initial_state.has_value()), direction);
+  const auto x = dr::params_of(c.inputs);
   const Exact through_chunkwise = ref::exact_directional_derivative(
-      [&](const ref::Params<Dual<Exact>>& p) { return pairing(c.cotangents, dr::chunkwise<Dual<Exact>, Policy>(delta_inputs(p), chunk)); },
+      [&](const ref::Params<Dual<Exact>>& p) { return loss_with_exact_cotangents(c.cotangents, dr::chunkwise<Dual<Exact>, Policy>(dr::inputs_of(p), chunk)); },
       x, direction);
   const Exact through_recurrence = ref::exact_directional_derivative(
-      [&](const ref::Params<Dual<Exact>>& p) { return pairing(c.cotangents, dr::token_recurrence(delta_inputs(p))); }, x,
+      [&](const ref::Params<Dual<Exact>>& p) { return loss_with_exact_cotangents(c.cotangents, dr::token_recurrence(dr::inputs_of(p))); }, x,
       direction);
   if (analytic != through_chunkwise || analytic != through_recurrence)
     RC_FAIL("directional derivative: analytic " + analytic.str() + ", dual chunkwise " + through_chunkwise.str() +
@@ -182,10 +182,10 @@ void check_delta_exact_directional_derivative(const DeltaCase& c, const ref::Par
 // Central differences in High along u agree with <∇L, u> to a relative error below 1e-25.
 inline void check_delta_finite_differences(const DeltaCase& c, const ref::Params<Exact>& direction) {
   const auto grad = dr::chunkwise_backward(c.inputs, c.cotangents, c.shape.chunk_size);
-  const High analytic(ref::inner(delta_params(grad, c.inputs.initial_state.has_value()), direction));
+  const High analytic(ref::inner(dr::params_of(grad, c.inputs.initial_state.has_value()), direction));
   const High numeric = ref::central_difference(
-      [&](const ref::Params<High>& p) { return pairing(c.cotangents, dr::token_recurrence_read_correct_write(delta_inputs(p))); },
-      ref::params_cast<High>(delta_params(c.inputs)), ref::params_cast<High>(direction), High("1e-30"));
+      [&](const ref::Params<High>& p) { return loss_with_exact_cotangents(c.cotangents, dr::token_recurrence_read_correct_write(dr::inputs_of(p))); },
+      ref::params_cast<High>(dr::params_of(c.inputs)), ref::params_cast<High>(direction), High("1e-30"));
   const High scale = std::max(High(1), High(abs(analytic)));
   const High relative = High(abs(numeric - analytic)) / scale;
   if (!(relative < High("1e-25")))
@@ -279,13 +279,13 @@ template <class Policy = gd::Faithful>
 void check_gated_exact_directional_derivative(const GatedDeltaCase& c, const ref::Params<Exact>& direction) {
   const Index chunk = c.shape.chunk_size;
   const auto grad = gd::chunkwise_backward<Exact, Policy>(c.inputs, c.cotangents, chunk);
-  const Exact analytic = ref::inner(gated_params(grad, c.inputs.initial_state.has_value()), direction);
-  const auto x = gated_params(c.inputs);
+  const Exact analytic = ref::inner(gd::params_of(grad, c.inputs.initial_state.has_value()), direction);
+  const auto x = gd::params_of(c.inputs);
   const Exact through_chunkwise = ref::exact_directional_derivative(
-      [&](const ref::Params<Dual<Exact>>& p) { return pairing(c.cotangents, gd::chunkwise<Dual<Exact>, Policy>(gated_inputs(p), chunk)); },
+      [&](const ref::Params<Dual<Exact>>& p) { return loss_with_exact_cotangents(c.cotangents, gd::chunkwise<Dual<Exact>, Policy>(gd::inputs_of(p), chunk)); },
       x, direction);
   const Exact through_recurrence = ref::exact_directional_derivative(
-      [&](const ref::Params<Dual<Exact>>& p) { return pairing(c.cotangents, gd::token_recurrence(gated_inputs(p))); }, x,
+      [&](const ref::Params<Dual<Exact>>& p) { return loss_with_exact_cotangents(c.cotangents, gd::token_recurrence(gd::inputs_of(p))); }, x,
       direction);
   if (analytic != through_chunkwise || analytic != through_recurrence)
     RC_FAIL("directional derivative: analytic " + analytic.str() + ", dual chunkwise " + through_chunkwise.str() +
@@ -294,10 +294,10 @@ void check_gated_exact_directional_derivative(const GatedDeltaCase& c, const ref
 
 inline void check_gated_finite_differences(const GatedDeltaCase& c, const ref::Params<Exact>& direction) {
   const auto grad = gd::chunkwise_backward(c.inputs, c.cotangents, c.shape.chunk_size);
-  const High analytic(ref::inner(gated_params(grad, c.inputs.initial_state.has_value()), direction));
+  const High analytic(ref::inner(gd::params_of(grad, c.inputs.initial_state.has_value()), direction));
   const High numeric = ref::central_difference(
-      [&](const ref::Params<High>& p) { return pairing(c.cotangents, gd::token_recurrence_read_correct_write(gated_inputs(p))); },
-      ref::params_cast<High>(gated_params(c.inputs)), ref::params_cast<High>(direction), High("1e-30"));
+      [&](const ref::Params<High>& p) { return loss_with_exact_cotangents(c.cotangents, gd::token_recurrence_read_correct_write(gd::inputs_of(p))); },
+      ref::params_cast<High>(gd::params_of(c.inputs)), ref::params_cast<High>(direction), High("1e-30"));
   const High scale = std::max(High(1), High(abs(analytic)));
   const High relative = High(abs(numeric - analytic)) / scale;
   if (!(relative < High("1e-25")))

@@ -84,7 +84,7 @@ TEST(DeltaPlantedBugs, BetaAppliedTwiceIsCaught) {
   }));
   EXPECT_FALSE(rc::check("dual directional derivative (mutant: beta applied twice)", [] {
     const auto c = *gen_delta_case({.max_length = 12, .max_dim = 4, .max_chunk = 12});
-    check_delta_exact_directional_derivative<BetaTwice>(c, *gen_direction(delta_params(c.inputs)));
+    check_delta_exact_directional_derivative<BetaTwice>(c, *gen_direction(dr::params_of(c.inputs)));
   }));
 }
 

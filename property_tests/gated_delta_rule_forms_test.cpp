@@ -10,9 +10,11 @@ namespace deltaproof::testing {
 namespace {
 
 constexpr ShapeLimits kForms{.max_length = 96, .max_dim = 24, .max_chunk = 64};
+// The erase–write view and the affine scan multiply dense (DK, DK) matrices per token.
+constexpr ShapeLimits kDense{.max_length = 64, .max_dim = 16, .max_chunk = 64};
 
 RC_GTEST_PROP(GatedDeltaRuleForms, TokenViewsAndAffineScanAgree, ()) {
-  check_gated_token_views_agree(*gen_gated_delta_case(kForms));
+  check_gated_token_views_agree(*gen_gated_delta_case(kDense));
 }
 
 RC_GTEST_PROP(GatedDeltaRuleForms, ChunkStagesMatchDenseProducts, ()) {
@@ -34,7 +36,7 @@ RC_GTEST_PROP(GatedDeltaRuleForms, ParallelFormMatchesRecurrence, ()) {
 }
 
 RC_GTEST_PROP(GatedDeltaRuleForms, TriangularSolvesAgreeOnGatedSystems, ()) {
-  const Index n = *rc::gen::oneOf(rc::gen::element<Index>(1, 2, 16, 17, 32, 64), rc::gen::inRange<Index>(1, 50));
+  const Index n = *rc::gen::oneOf(rc::gen::element<Index>(1, 2, 16, 17, 32), rc::gen::inRange<Index>(1, 40));
   const auto regime = *gen_delta_regime();
   const Matrix<Exact> k = *gen_keys(n, *rc::gen::inRange<Index>(1, 5), regime.keys);
   const Matrix<Exact> decay = gd::decay_from_gates(*gen_gates(n, regime.alpha));

@@ -8,7 +8,7 @@
 namespace deltaproof::testing {
 namespace {
 
-constexpr ShapeLimits kBackward{.max_length = 96, .max_dim = 24, .max_chunk = 64};
+constexpr ShapeLimits kBackward{.max_length = 80, .max_dim = 20, .max_chunk = 64};
 constexpr ShapeLimits kDual{.max_length = 32, .max_dim = 12, .max_chunk = 32};
 constexpr ShapeLimits kHigh{.max_length = 20, .max_dim = 8, .max_chunk = 20};
 
@@ -19,21 +19,21 @@ RC_GTEST_PROP(GatedDeltaRuleGradients, BackwardPathsEqualOverRationals, ()) {
 
 RC_GTEST_PROP(GatedDeltaRuleGradients, ExactDirectionalDerivative, ()) {
   const auto c = *gen_gated_delta_case(kDual);
-  check_gated_exact_directional_derivative(c, *gen_direction(gated_params(c.inputs)));
+  check_gated_exact_directional_derivative(c, *gen_direction(gd::params_of(c.inputs)));
 }
 
 RC_GTEST_PROP(GatedDeltaRuleGradients, CentralDifferencesInHighBelow1e25, ()) {
   const auto c = *gen_gated_delta_case(kHigh);
-  check_gated_finite_differences(c, *gen_direction(gated_params(c.inputs)));
+  check_gated_finite_differences(c, *gen_direction(gd::params_of(c.inputs)));
 }
 
 RC_GTEST_PROP(GatedDeltaRuleGradients, EveryPartialByCentralDifferences, ()) {
   const auto c = *gen_gated_delta_case({.max_length = 5, .max_dim = 3, .max_chunk = 4});
-  const auto analytic = gated_params(gd::chunkwise_backward(c.inputs, c.cotangents, c.shape.chunk_size),
+  const auto analytic = gd::params_of(gd::chunkwise_backward(c.inputs, c.cotangents, c.shape.chunk_size),
                                      c.inputs.initial_state.has_value());
   const auto numeric = ref::central_difference_gradient(
-      [&](const ref::Params<High>& p) { return pairing(c.cotangents, gd::token_recurrence(gated_inputs(p))); },
-      ref::params_cast<High>(gated_params(c.inputs)), High("1e-30"));
+      [&](const ref::Params<High>& p) { return loss_with_exact_cotangents(c.cotangents, gd::token_recurrence(gd::inputs_of(p))); },
+      ref::params_cast<High>(gd::params_of(c.inputs)), High("1e-30"));
   for (size_t p = 0; p < numeric.size(); ++p)
     for (Index i = 0; i < numeric[p].value.rows(); ++i)
       for (Index j = 0; j < numeric[p].value.cols(); ++j) {

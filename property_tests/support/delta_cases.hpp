@@ -54,46 +54,7 @@ std::ostream& operator<<(std::ostream& os, const GatedDeltaCase& c);
 rc::Gen<DeltaCase> gen_delta_case(ShapeLimits limits);
 rc::Gen<GatedDeltaCase> gen_gated_delta_case(ShapeLimits limits);
 
-// The differentiable inputs as a named list (q, k, v, β, [α], [S_0]) and back.
-template <class Scalar>
-ref::Params<Scalar> delta_params(const dr::Inputs<Scalar>& in) {
-  ref::Params<Scalar> p{{"q", in.q}, {"k", in.k}, {"v", in.v}, {"beta", in.beta}};
-  if (in.initial_state) p.push_back({"S_0", *in.initial_state});
-  return p;
-}
-template <class Scalar>
-dr::Inputs<Scalar> delta_inputs(const ref::Params<Scalar>& p) {
-  dr::Inputs<Scalar> in{p.at(0).value, p.at(1).value, p.at(2).value, p.at(3).value.col(0), std::nullopt};
-  if (p.size() > 4) in.initial_state = p[4].value;
-  return in;
-}
-template <class Scalar>
-ref::Params<Scalar> delta_params(const dr::Gradients<Scalar>& g, bool with_initial_state) {
-  ref::Params<Scalar> p{{"q", g.dq}, {"k", g.dk}, {"v", g.dv}, {"beta", g.d_beta}};
-  if (with_initial_state) p.push_back({"S_0", g.d_initial_state});
-  return p;
-}
-
-template <class Scalar>
-ref::Params<Scalar> gated_params(const gd::Inputs<Scalar>& in) {
-  ref::Params<Scalar> p{{"q", in.q}, {"k", in.k}, {"v", in.v}, {"beta", in.beta}, {"alpha", in.alpha}};
-  if (in.initial_state) p.push_back({"S_0", *in.initial_state});
-  return p;
-}
-template <class Scalar>
-gd::Inputs<Scalar> gated_inputs(const ref::Params<Scalar>& p) {
-  gd::Inputs<Scalar> in{p.at(0).value, p.at(1).value, p.at(2).value, p.at(3).value.col(0), p.at(4).value.col(0),
-                        std::nullopt};
-  if (p.size() > 5) in.initial_state = p[5].value;
-  return in;
-}
-template <class Scalar>
-ref::Params<Scalar> gated_params(const gd::Gradients<Scalar>& g, bool with_initial_state) {
-  ref::Params<Scalar> p{{"q", g.dq}, {"k", g.dk}, {"v", g.dv}, {"beta", g.d_beta}, {"alpha", g.d_alpha}};
-  if (with_initial_state) p.push_back({"S_0", g.d_initial_state});
-  return p;
-}
-
+// Named parameter lists come from the reference (params_of / inputs_of in both namespaces).
 template <class Scalar>
 Scalar from_exact(const Exact& x) {
   if constexpr (std::is_same_v<Scalar, ref::Dual<Exact>>) return Scalar(x);
@@ -102,7 +63,7 @@ Scalar from_exact(const Exact& x) {
 
 // L = <dO, O> + <dS_L, S_L>, in any scalar (Dual<Exact> for exact directional derivatives).
 template <class Scalar>
-Scalar pairing(const dr::Cotangents<Exact>& cot, const dr::Forward<Scalar>& f) {
+Scalar loss_with_exact_cotangents(const dr::Cotangents<Exact>& cot, const dr::Forward<Scalar>& f) {
   Scalar sum(0);
   for (Index i = 0; i < f.output.rows(); ++i)
     for (Index j = 0; j < f.output.cols(); ++j) sum += from_exact<Scalar>(cot.d_output(i, j)) * f.output(i, j);
