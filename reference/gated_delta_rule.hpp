@@ -265,12 +265,12 @@ WY<Scalar> wy_factors(const Matrix<Scalar>& t, const KRows& k, const VRows& v, c
 
 template <class Scalar>
 struct ChunkIntermediates {
-  Matrix<Scalar> decay;  // Γ, (C+1, C+1); γ = chunk_gamma(decay), D = token_decay(decay), λ = decay_to_end(decay)
   Matrix<Scalar> a;      // A = I + strictly_lower(diag(β)(K Kᵀ ⊙ D)), (C, C)
   Matrix<Scalar> t;      // T = A⁻¹, (C, C)
   Matrix<Scalar> w;      // W = T diag(β ⊙ γ) K, (C, DK)
   Matrix<Scalar> u;      // U = T diag(β) V, (C, DV)
   Matrix<Scalar> v_new;  // V̄ = U − W S_[c]ᵀ, (C, DV)
+  Matrix<Scalar> decay;  // Γ, (C+1, C+1); γ = chunk_gamma(decay), D = token_decay(decay), λ = decay_to_end(decay)
 };
 
 template <class Scalar>

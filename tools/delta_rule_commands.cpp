@@ -357,9 +357,12 @@ int verify_gated_in(const CaseOptions& o) {
   for (const auto& f : fwd) outputs.push_back(f.output), states.push_back(f.final_state);
   add_rows(forward, "output", names, outputs, exact_fwd.output);
   add_rows(forward, "final state", names, states, exact_fwd.final_state);
+  forward.print(std::cout);
+  std::cout << "\n";
   bool log_pass = true;
   if constexpr (ref::is_exact_v<Scalar>) {
     // ln α is irrational: the log-gate path runs in High and must keep 50 of its 99 digits.
+    std::cout << "log-gate path (g = ln alpha, exp(G_e - G_s) on the causal side), in High vs the exact oracle\n";
     for (const auto& [what, got, want] : {std::tuple{"output", &log_fwd.output, &exact_fwd.output},
                                           std::tuple{"final state", &log_fwd.final_state, &exact_fwd.final_state}}) {
       const double rel = ref::relative_l2(ref::matrix_cast<Exact>(*got), *want);
@@ -372,7 +375,6 @@ int verify_gated_in(const CaseOptions& o) {
     add_rows<Scalar>(log_table, "output", {"recurrent-rcw", "chunk-log-gate"}, std::vector<Matrix<Scalar>>{fwd[0].output, log_fwd.output}, exact_fwd.output);
     add_rows<Scalar>(log_table, "final state", {"recurrent-rcw", "chunk-log-gate"}, std::vector<Matrix<Scalar>>{fwd[0].final_state, log_fwd.final_state},
              exact_fwd.final_state);
-    std::cout << "\n";
     log_table.print(std::cout);
     log_pass = log_table.all_pass();
   }
@@ -402,8 +404,6 @@ int verify_gated_in(const CaseOptions& o) {
 
   StageTable stages;
   gated_stages(stages, c.inputs, C);
-  std::cout << "\n";
-  forward.print(std::cout);
   std::cout << "\n";
   additive_table.print(std::cout);
   std::cout << "\n";
