@@ -546,6 +546,8 @@ void validate(const DeltaRuleForwardParams& p) {
   require_common(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, "length");
   require_argument(p.chunk_size == 16 || p.chunk_size == 32 || p.chunk_size == 64, "chunk_size",
                    "must be 16, 32 or 64, got " + std::to_string(p.chunk_size));
+  require_argument(p.value_slice == 0 || p.value_slice == 16 || p.value_slice == 32 || p.value_slice == 64,
+                   "value_slice", "must be 0, 16, 32 or 64, got " + std::to_string(p.value_slice));
   require_data(p.q, p.dtype, "q");
   require_data(p.k, p.dtype, "k");
   require_data(p.v, p.dtype, "v");
@@ -580,13 +582,27 @@ void prepare_typed(const DeltaRuleForwardParams& p) {
          "wy_prepare_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
 }
 
-template <class T, int C>
-void scan_typed(const DeltaRuleForwardParams& p) {
-  constexpr int BV = kTensorCore<T> ? 32 : 16;
+template <class T, int C, int BV>
+void scan_sliced(const DeltaRuleForwardParams& p) {
   const std::size_t smem = scan_layout(sizeof(T), C, BV, p.key_dim).bytes;
   const dim3 grid((p.value_dim + BV - 1) / BV, p.batch * p.heads);
   launch(chunk_scan_kernel<T, C, BV>, grid, kScanThreads, smem, p.stream,
-         "chunk_scan_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+         "chunk_scan_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ", BV=" + std::to_string(BV) + ">", p);
+}
+
+constexpr int kDefaultValueSlice = 64;
+
+template <class T, int C>
+void scan_typed(const DeltaRuleForwardParams& p) {
+  if constexpr (!kTensorCore<T>) {
+    scan_sliced<T, C, 16>(p);
+  } else {
+    switch (p.value_slice == 0 ? kDefaultValueSlice : p.value_slice) {
+      case 16: return scan_sliced<T, C, 16>(p);
+      case 32: return scan_sliced<T, C, 32>(p);
+      default: return scan_sliced<T, C, 64>(p);
+    }
+  }
 }
 
 template <template <class, int> class Op>

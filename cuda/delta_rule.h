@@ -49,6 +49,11 @@ struct DeltaRuleForwardParams {
   float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ
   float* boundary_states = nullptr;  // [B, H, N, DV, DK] fp32: S_[c], the state before chunk c
 
+  // Columns of S (value rows) per block of the state scan: 16, 32 or 64 (bf16/fp16); 0 picks
+  // the default. fp32 inputs always use 16 (shared memory). A tuning knob only: each column's
+  // arithmetic is the same whatever the slice, so results are equal bit for bit (tested).
+  int value_slice = 0;
+
   cudaStream_t stream = nullptr;
 };
 
