@@ -352,7 +352,69 @@ __host__ __device__ inline ScanLayout scan_layout(int element_size, int chunk, i
   return l;
 }
 
+// Register prefetch of the next chunk (v2): its Q, K, W, U and g are loaded while the current
+// chunk computes, and written to shared memory once the current chunk no longer reads them.
+// Only for 16-bit inputs with DK and DV multiples of 8 (16-byte vectors); the contents written
+// are exactly what the direct loads write, so results are the same bit for bit.
 template <class T, int C, int BV>
+struct NextChunk {
+  static constexpr int kRowsVec = C * kMaxHeadDim / 8 / kScanThreads;  // vectors per thread per tensor (max)
+  static constexpr int kSliceVec = (C * BV / 8 + kScanThreads - 1) / kScanThreads;
+  uint4 q[kRowsVec], k[kRowsVec], w[kRowsVec], u[kSliceVec];
+  float g;
+
+  __device__ void issue(const DeltaRuleForwardParams& p, std::size_t token0, int size, int dkp, int v0, int bv, bool with_q) {
+    const int DK = p.key_dim, DV = p.value_dim, per_row = dkp / 8;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int e = 0; e < kRowsVec; ++e) {
+      const int idx = threadIdx.x + e * kScanThreads, r = idx / per_row, c = (idx % per_row) * 8;
+      const bool valid = idx < C * per_row && r < size && c < DK;
+      const std::size_t at = (token0 + r) * DK + c;
+      q[e] = valid && with_q ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + at) : zero;
+      k[e] = valid ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.k) + at) : zero;
+      w[e] = valid ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.w) + at) : zero;
+    }
+#pragma unroll
+    for (int e = 0; e < kSliceVec; ++e) {
+      const int idx = threadIdx.x + e * kScanThreads, r = idx / (BV / 8), c = (idx % (BV / 8)) * 8;
+      const bool valid = idx < C * BV / 8 && r < size && c < bv;
+      u[e] = valid ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.u) + (token0 + r) * DV + v0 + c) : zero;
+    }
+    g = (p.log_gate != nullptr && static_cast<int>(threadIdx.x) < size) ? p.log_gate[token0 + threadIdx.x] : 0.0f;
+  }
+
+  __device__ void commit(T* qs, T* ks, T* neg_w, int pk, float* v_new, int pv, float* gates, int dkp) const {
+    const int per_row = dkp / 8;
+#pragma unroll
+    for (int e = 0; e < kRowsVec; ++e) {
+      const int idx = threadIdx.x + e * kScanThreads, r = idx / per_row, c = (idx % per_row) * 8;
+      if (idx < C * per_row) {
+        uint4 nw = w[e];
+        nw.x ^= 0x80008000u, nw.y ^= 0x80008000u, nw.z ^= 0x80008000u, nw.w ^= 0x80008000u;
+        if (qs != nullptr) *reinterpret_cast<uint4*>(qs + r * pk + c) = q[e];
+        *reinterpret_cast<uint4*>(ks + r * pk + c) = k[e];
+        *reinterpret_cast<uint4*>(neg_w + r * pk + c) = nw;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kSliceVec; ++e) {
+      const int idx = threadIdx.x + e * kScanThreads, r = idx / (BV / 8), c = (idx % (BV / 8)) * 8;
+      if (idx < C * BV / 8) {
+        const T* x = reinterpret_cast<const T*>(&u[e]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v_new[r * pv + c + j] = to_float(x[j]);
+      }
+    }
+    if (static_cast<int>(threadIdx.x) < C) gates[threadIdx.x] = g;  // raw g; summed after the next barrier
+  }
+};
+
+// Fused = true: the output is computed here too (v1, v2). Fused = false (v3): this kernel only
+// carries the state and writes the operands the output needs (S_[c] and V̄ in the dtype);
+// chunk_output_kernel then computes O for all chunks in parallel, with the same products in the
+// same order, so the output is the same bit for bit.
+template <class T, int C, int BV, bool Prefetch, bool Fused>
 __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwardParams p) {
   constexpr bool wide = !kTensorCore<T>;
   const int slice = blockIdx.x, head = blockIdx.y;
@@ -395,15 +457,28 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
       for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
         dst[(v0 + idx / DK) * DK + idx % DK] = state[(idx / DK) * ps + idx % DK];
     }
-    load_operand(ks, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
-    load_operand(neg_w, pk, static_cast<const T*>(p.w) + token0 * DK, DK, size, DK, C, dkp, true);
-    if constexpr (!wide) load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
-    for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) {
-      const int i = idx / BV, j = idx % BV;
-      v_new[i * pv + j] = (i < size && j < bv) ? to_float(static_cast<const T*>(p.u)[(token0 + i) * DV + v0 + j]) : 0.0f;
+    if constexpr (!Fused) {  // S_[c] as the output's operand: the same rounding as state_op
+      T* dst = static_cast<T*>(p.state_operands) + (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
+      for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
+        dst[(v0 + idx / DK) * DK + idx % DK] = from_float<T>(state[(idx / DK) * ps + idx % DK]);
     }
-    load_cumulative_gates(gates, p.log_gate ? p.log_gate + token0 : nullptr, size, C);
+    if (!Prefetch || chunk == 0) {
+      load_operand(ks, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
+      load_operand(neg_w, pk, static_cast<const T*>(p.w) + token0 * DK, DK, size, DK, C, dkp, true);
+      if constexpr (!wide && Fused) load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
+      for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) {
+        const int i = idx / BV, j = idx % BV;
+        v_new[i * pv + j] = (i < size && j < bv) ? to_float(static_cast<const T*>(p.u)[(token0 + i) * DV + v0 + j]) : 0.0f;
+      }
+      load_cumulative_gates(gates, p.log_gate ? p.log_gate + token0 : nullptr, size, C);
+    }
     __syncthreads();
+    NextChunk<T, C, BV> next;
+    if constexpr (Prefetch) {
+      if (chunk + 1 < N) next.issue(p, token0 + C, min(C, L - begin - C), dkp, v0, bv, Fused);
+      if (chunk > 0 && threadIdx.x == 0)  // the committed raw gates: same sequential sum as load_cumulative_gates
+        for (int i = 1; i < C; ++i) gates[i] += gates[i - 1];
+    }
 
     // V̄ = U + (−W) Sᵀ
     block_gemm<T, Layout::row, Layout::col>(neg_w, nullptr, pk, state_op, pso, v_new, pv, C, BV, dkp, true);
@@ -412,8 +487,10 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
       load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
       __syncthreads();
     }
-    block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, state_op, pso, out, pv, C, BV, dkp, false);  // Q Sᵀ
-    block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, ks, pk, scores, pp, C, C, dkp, false, true);  // Q Kᵀ
+    if constexpr (Fused) {
+      block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, state_op, pso, out, pv, C, BV, dkp, false);  // Q Sᵀ
+      block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, ks, pk, scores, pp, C, C, dkp, false, true);  // Q Kᵀ
+    }
     __syncthreads();
 
     // Gate decays in fp32, then the roundings to operand precision.
@@ -422,36 +499,118 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
       const int i = idx / BV, j = idx % BV;
       const float x = v_new[i * pv + j];
       if (p.v_new && i < size && j < bv) p.v_new[(token0 + i) * DV + v0 + j] = x;
-      v_op[i * pvo + j] = from_float<T>(x);
       v_decayed[i * pvd + j] = from_float<T>(x * expf(last - gates[i]));
-      out[i * pv + j] *= expf(gates[i]);
+      if constexpr (Fused) {
+        v_op[i * pvo + j] = from_float<T>(x);
+        out[i * pv + j] *= expf(gates[i]);
+      } else if (i < size && j < bv) {
+        static_cast<T*>(p.v_new_operands)[(token0 + i) * DV + v0 + j] = from_float<T>(x);
+      }
     }
-    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
-      const int i = idx / C, j = idx % C;
-      scores_op[i * ppo + j] = j <= i ? from_float<T>(scores[i * pp + j] * expf(gates[i] - gates[j])) : from_float<T>(0.0f);
-    }
+    if constexpr (Fused)
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
+        const int i = idx / C, j = idx % C;
+        scores_op[i * ppo + j] = j <= i ? from_float<T>(scores[i * pp + j] * expf(gates[i] - gates[j])) : from_float<T>(0.0f);
+      }
     const float decay = expf(last);
     for (int idx = threadIdx.x; idx < BV * dkp; idx += blockDim.x) state[(idx / dkp) * ps + idx % dkp] *= decay;
     __syncthreads();
 
     // O += P V̄;  S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K
-    block_gemm<T, Layout::row, Layout::row>(scores_op, nullptr, ppo, v_op, pvo, out, pv, C, BV, C, true, false, true);
+    if constexpr (Fused)
+      block_gemm<T, Layout::row, Layout::row>(scores_op, nullptr, ppo, v_op, pvo, out, pv, C, BV, C, true, false, true);
     block_gemm<T, Layout::col, Layout::row>(v_decayed, nullptr, pvd, ks, pk, state, ps, BV, dkp, C, true);
     __syncthreads();
 
-    T* o = static_cast<T*>(p.output);
-    for (int idx = threadIdx.x; idx < size * bv; idx += blockDim.x) {
-      const int i = idx / bv, j = idx % bv;
-      o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]);
+    if constexpr (Fused) {
+      T* o = static_cast<T*>(p.output);
+      for (int idx = threadIdx.x; idx < size * bv; idx += blockDim.x) {
+        const int i = idx / bv, j = idx % bv;
+        o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]);
+      }
     }
     if constexpr (!wide)
       for (int idx = threadIdx.x; idx < BV * dkp; idx += blockDim.x)
         state_op[(idx / dkp) * pso + idx % dkp] = from_float<T>(state[(idx / dkp) * ps + idx % dkp]);
+    if constexpr (Prefetch)
+      if (chunk + 1 < N) next.commit(Fused ? qs : nullptr, ks, neg_w, pk, v_new, pv, gates, dkp);
     // The next chunk's loads touch none of out, state or state_op; its first barrier orders them.
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
     p.final_state[state_base + (v0 + idx / DK) * DK + idx % DK] = state[(idx / DK) * ps + idx % DK];
+}
+
+// Stage 3 of v3: chunk outputs, one block per (chunk, value slice, head), all in parallel:
+// O = diag(γ) Q S_[c]ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) V̄ from the operands the scan wrote (16-bit inputs only).
+struct OutputLayout {
+  std::size_t queries, keys, state_op, v_op, scores, scores_op, out, gates, bytes;
+};
+
+__host__ __device__ inline OutputLayout output_layout(int element_size, int chunk, int slice, int key_dim) {
+  const int dkp = round_up(key_dim, 16);
+  const std::size_t rows_bytes = static_cast<std::size_t>(chunk) * operand_pitch(dkp) * element_size;
+  OutputLayout l{};
+  Carver c;
+  l.queries = c.take(rows_bytes);
+  l.keys = c.take(rows_bytes);
+  l.state_op = c.take(static_cast<std::size_t>(slice) * operand_pitch(dkp) * element_size);
+  l.v_op = c.take(static_cast<std::size_t>(chunk) * operand_pitch(slice) * element_size);
+  l.scores = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
+  l.scores_op = c.take(static_cast<std::size_t>(chunk) * operand_pitch(chunk) * element_size);
+  l.out = c.take(static_cast<std::size_t>(chunk) * float_pitch(slice) * 4);
+  l.gates = c.take(chunk * 4);
+  l.bytes = c.offset;
+  return l;
+}
+
+template <class T, int C, int BV>
+__global__ void __launch_bounds__(kScanThreads) chunk_output_kernel(DeltaRuleForwardParams p) {
+  const int chunk = blockIdx.x, slice = blockIdx.y, head = blockIdx.z, N = gridDim.x;
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim;
+  const int begin = chunk * C, size = min(C, L - begin);
+  const int v0 = slice * BV, bv = min(BV, DV - v0);
+  const int dkp = round_up(DK, 16);
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const OutputLayout lay = output_layout(sizeof(T), C, BV, DK);
+  T* qs = reinterpret_cast<T*>(smem + lay.queries);
+  T* ks = reinterpret_cast<T*>(smem + lay.keys);
+  T* state_op = reinterpret_cast<T*>(smem + lay.state_op);
+  T* v_op = reinterpret_cast<T*>(smem + lay.v_op);
+  float* scores = reinterpret_cast<float*>(smem + lay.scores);
+  T* scores_op = reinterpret_cast<T*>(smem + lay.scores_op);
+  float* out = reinterpret_cast<float*>(smem + lay.out);
+  float* gates = reinterpret_cast<float*>(smem + lay.gates);
+  const int pk = operand_pitch(dkp), pv = float_pitch(BV), pvo = operand_pitch(BV);
+  const int pp = float_pitch(C), ppo = operand_pitch(C);
+
+  load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
+  load_operand(ks, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
+  load_operand(state_op, pk,
+               static_cast<const T*>(p.state_operands) + (static_cast<std::size_t>(head) * N + chunk) * DV * DK + v0 * DK,
+               DK, bv, DK, BV, dkp, false);
+  load_operand(v_op, pvo, static_cast<const T*>(p.v_new_operands) + token0 * DV + v0, DV, size, bv, C, BV, false);
+  load_cumulative_gates(gates, p.log_gate ? p.log_gate + token0 : nullptr, size, C);
+  __syncthreads();
+
+  block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, state_op, pk, out, pv, C, BV, dkp, false);  // Q Sᵀ
+  block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, ks, pk, scores, pp, C, C, dkp, false, true);  // Q Kᵀ
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) out[(idx / BV) * pv + idx % BV] *= expf(gates[idx / BV]);
+  for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
+    const int i = idx / C, j = idx % C;
+    scores_op[i * ppo + j] = j <= i ? from_float<T>(scores[i * pp + j] * expf(gates[i] - gates[j])) : from_float<T>(0.0f);
+  }
+  __syncthreads();
+  block_gemm<T, Layout::row, Layout::row>(scores_op, nullptr, ppo, v_op, pvo, out, pv, C, BV, C, true, false, true);
+  __syncthreads();
+  T* o = static_cast<T*>(p.output);
+  for (int idx = threadIdx.x; idx < size * bv; idx += blockDim.x) {
+    const int i = idx / bv, j = idx % bv;
+    o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -518,6 +677,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeP
 // ---------------------------------------------------------------------------------------
 // Host side: validation, then launch.
 
+// v3 (scan, then a parallel output kernel) for 16-bit inputs when asked for.
+bool split_output(const DeltaRuleForwardParams& p) {
+  return p.pipeline == 3 && p.dtype != DType::f32 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
+}
+
 void require_data(const void* pointer, DType dtype, const std::string& name) {
   require_device_pointer(pointer, name);
   require_aligned(pointer, size_of(dtype), name);
@@ -546,6 +710,11 @@ void validate(const DeltaRuleForwardParams& p) {
   require_common(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, "length");
   require_argument(p.chunk_size == 16 || p.chunk_size == 32 || p.chunk_size == 64, "chunk_size",
                    "must be 16, 32 or 64, got " + std::to_string(p.chunk_size));
+  require_argument(p.pipeline >= 0 && p.pipeline <= 3, "pipeline", "must be 0, 1, 2 or 3, got " + std::to_string(p.pipeline));
+  if (split_output(p)) {
+    require_data(p.state_operands, p.dtype, "state_operands");
+    require_data(p.v_new_operands, p.dtype, "v_new_operands");
+  }
   require_argument(p.value_slice == 0 || p.value_slice == 16 || p.value_slice == 32 || p.value_slice == 64,
                    "value_slice", "must be 0, 16, 32 or 64, got " + std::to_string(p.value_slice));
   require_data(p.q, p.dtype, "q");
@@ -586,24 +755,43 @@ template <class T, int C, int BV>
 void scan_sliced(const DeltaRuleForwardParams& p) {
   const std::size_t smem = scan_layout(sizeof(T), C, BV, p.key_dim).bytes;
   const dim3 grid((p.value_dim + BV - 1) / BV, p.batch * p.heads);
-  launch(chunk_scan_kernel<T, C, BV>, grid, kScanThreads, smem, p.stream,
-         "chunk_scan_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ", BV=" + std::to_string(BV) + ">", p);
+  const std::string name =
+      "chunk_scan_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ", BV=" + std::to_string(BV) + ">";
+  // v2 (register prefetch of the next chunk) where 16-byte vectors fit and asked for; v1 otherwise.
+  const bool vectors = kTensorCore<T> && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
+  if (split_output(p)) launch(chunk_scan_kernel<T, C, BV, kTensorCore<T>, false>, grid, kScanThreads, smem, p.stream, name, p);
+  else if (vectors && p.pipeline == 2) launch(chunk_scan_kernel<T, C, BV, kTensorCore<T>, true>, grid, kScanThreads, smem, p.stream, name, p);
+  else launch(chunk_scan_kernel<T, C, BV, false, true>, grid, kScanThreads, smem, p.stream, name, p);
+}
+
+template <class T, int C, int BV>
+void output_sliced(const DeltaRuleForwardParams& p) {
+  if constexpr (kTensorCore<T>) {
+    const std::size_t smem = output_layout(sizeof(T), C, BV, p.key_dim).bytes;
+    const dim3 grid(chunk_count(p.length, C), (p.value_dim + BV - 1) / BV, p.batch * p.heads);
+    launch(chunk_output_kernel<T, C, BV>, grid, kScanThreads, smem, p.stream,
+           "chunk_output_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ", BV=" + std::to_string(BV) + ">", p);
+  }
 }
 
 constexpr int kDefaultValueSlice = 64;
 
-template <class T, int C>
-void scan_typed(const DeltaRuleForwardParams& p) {
+template <class T, int C, bool Output>
+void scan_or_output(const DeltaRuleForwardParams& p) {
   if constexpr (!kTensorCore<T>) {
-    scan_sliced<T, C, 16>(p);
+    if constexpr (!Output) scan_sliced<T, C, 16>(p);
   } else {
     switch (p.value_slice == 0 ? kDefaultValueSlice : p.value_slice) {
-      case 16: return scan_sliced<T, C, 16>(p);
-      case 32: return scan_sliced<T, C, 32>(p);
-      default: return scan_sliced<T, C, 64>(p);
+      case 16: return Output ? output_sliced<T, C, 16>(p) : scan_sliced<T, C, 16>(p);
+      case 32: return Output ? output_sliced<T, C, 32>(p) : scan_sliced<T, C, 32>(p);
+      default: return Output ? output_sliced<T, C, 64>(p) : scan_sliced<T, C, 64>(p);
     }
   }
 }
+template <class T, int C>
+void scan_typed(const DeltaRuleForwardParams& p) { scan_or_output<T, C, false>(p); }
+template <class T, int C>
+void output_typed(const DeltaRuleForwardParams& p) { scan_or_output<T, C, true>(p); }
 
 template <template <class, int> class Op>
 void dispatch(const DeltaRuleForwardParams& p) {
@@ -630,6 +818,10 @@ template <class T, int C>
 struct ScanOp {
   static void run(const DeltaRuleForwardParams& p) { scan_typed<T, C>(p); }
 };
+template <class T, int C>
+struct OutputOp {
+  static void run(const DeltaRuleForwardParams& p) { output_typed<T, C>(p); }
+};
 
 template <class T>
 void decode_typed(const DeltaRuleDecodeParams& p) {
@@ -654,10 +846,16 @@ void delta_rule_chunk_scan(const DeltaRuleForwardParams& params) {
   dispatch<ScanOp>(params);
 }
 
+void delta_rule_chunk_output(const DeltaRuleForwardParams& params) {
+  validate(params);
+  if (split_output(params)) dispatch<OutputOp>(params);
+}
+
 void delta_rule_forward(const DeltaRuleForwardParams& params) {
   validate(params);
   dispatch<PrepareOp>(params);
   dispatch<ScanOp>(params);
+  if (split_output(params)) dispatch<OutputOp>(params);
 }
 
 void delta_rule_decode(const DeltaRuleDecodeParams& p) {

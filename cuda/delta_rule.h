@@ -53,6 +53,13 @@ struct DeltaRuleForwardParams {
   // the default. fp32 inputs always use 16 (shared memory). A tuning knob only: each column's
   // arithmetic is the same whatever the slice, so results are equal bit for bit (tested).
   int value_slice = 0;
+  // Scan version: 0 default (v1), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
+  // registers), 3 = v3 (v2 without the output, then a parallel output kernel over all chunks;
+  // needs state_operands and v_new_operands). v2 and v3 need 16-bit inputs with DK, DV multiples
+  // of 8, else v1 runs. Same bits whichever runs (tested).
+  int pipeline = 0;
+  void* state_operands = nullptr;  // [B, H, N, DV, DK] dtype: S_[c] rounded to the dtype (v3 workspace)
+  void* v_new_operands = nullptr;  // [B, H, L, DV] dtype: V̄ rounded to the dtype (v3 workspace)
 
   cudaStream_t stream = nullptr;
 };
@@ -64,6 +71,7 @@ void delta_rule_forward(const DeltaRuleForwardParams& params);
 // The two stages one at a time (delta_rule_forward calls both), for per-stage timing.
 void delta_rule_wy_prepare(const DeltaRuleForwardParams& params);
 void delta_rule_chunk_scan(const DeltaRuleForwardParams& params);
+void delta_rule_chunk_output(const DeltaRuleForwardParams& params);  // v3 only; nothing otherwise
 
 // Recurrent decode: T new tokens from a given (or zero) state, the state kept in fp32.
 struct DeltaRuleDecodeParams {

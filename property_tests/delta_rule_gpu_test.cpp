@@ -168,6 +168,7 @@ struct ForwardResult {
 
 struct ForwardBuffers {
   DeviceTensor output, final_state, w, u, v_new, a, t, boundary;
+  DeviceTensor state_operands, v_new_operands;  // workspace of scan version 3
 };
 
 ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
@@ -177,6 +178,8 @@ ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
   f.final_state = dt::allocate(DType::f32, B, H, c.value_dim, c.key_dim);
   f.w = dt::allocate(c.dtype, B, H, L, c.key_dim);
   f.u = dt::allocate(c.dtype, B, H, L, c.value_dim);
+  f.state_operands = dt::allocate(c.dtype, B, H, N * c.value_dim, c.key_dim);
+  f.v_new_operands = dt::allocate(c.dtype, B, H, L, c.value_dim);
   if (intermediates) {
     f.v_new = dt::allocate(DType::f32, B, H, L, c.value_dim);
     f.a = dt::allocate(DType::f32, B, H, N * c.chunk, c.chunk);
@@ -196,6 +199,7 @@ cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInpu
   p.initial_state = c.with_initial_state ? static_cast<const float*>(d.initial_state.device.data()) : nullptr;
   p.output = f.output.data(), p.final_state = static_cast<float*>(f.final_state.data());
   p.w = f.w.data(), p.u = f.u.data();
+  p.state_operands = f.state_operands.data(), p.v_new_operands = f.v_new_operands.data();
   p.wy_system = static_cast<float*>(f.a.data());
   p.wy_inverse = static_cast<float*>(f.t.data());
   p.v_new = static_cast<float*>(f.v_new.data());
@@ -849,13 +853,14 @@ TEST(DeltaRuleGpu, Deterministic) {
     cuda::delta_rule_forward(forward_params(c, dev, second));
     EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(second.output)) << describe(c);
     EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(second.final_state)) << describe(c);
-    for (int slice : {16, 32}) {  // the value slice is a tuning knob: same bits
+    for (auto [slice, pipeline] : {std::pair{16, 0}, {32, 0}, {64, 1}, {64, 2}, {32, 2}, {64, 3}, {16, 3}}) {  // tuning knobs: same bits
       ForwardBuffers other = allocate_forward(c, false);
       cuda::DeltaRuleForwardParams p = forward_params(c, dev, other);
-      p.value_slice = slice;
+      p.value_slice = slice, p.pipeline = pipeline;
       cuda::delta_rule_forward(p);
-      EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(other.output)) << describe(c) << " slice " << slice;
-      EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(other.final_state)) << describe(c) << " slice " << slice;
+      EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(other.output)) << describe(c) << " slice " << slice << " pipeline " << pipeline;
+      EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(other.final_state))
+          << describe(c) << " slice " << slice << " pipeline " << pipeline;
     }
   }
 }
