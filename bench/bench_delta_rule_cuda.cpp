@@ -190,13 +190,13 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
 
 }  // namespace
 
-#define DELTA_FORWARD_ARGS(pipelines)                                                                          \
-  ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, pipelines})->UseManualTime()       \
+#define DELTA_FORWARD_ARGS(...)                                                                          \
+  ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, {__VA_ARGS__}})->UseManualTime()       \
       ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
-BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS({1, 2, 3});
-BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS({0});
-BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS({2, 3});
-BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS({3});
+BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(1, 2, 3);
+BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS(0);
+BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3);
+BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
 BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2, 3}})->UseManualTime()
     ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})

@@ -23,6 +23,7 @@
 #include <mma.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -35,6 +36,8 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kPrepareThreads = 128;
 constexpr int kScanThreads = 256;
 constexpr int kDecodeThreads = 256;
+constexpr int kDefaultValueSlice = 64;  // value columns per scan block (tuned on the H200: NOTES_delta.md)
+constexpr int kDefaultPipeline = 1;     // scan version (NOTES_delta.md)
 constexpr int kPanel = 64;  // column panel of the W and U products (bounds the fp32 staging buffer)
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -677,9 +680,22 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeP
 // ---------------------------------------------------------------------------------------
 // Host side: validation, then launch.
 
+// The scan version that runs: params.pipeline, or when 0 the default, which the environment
+// variable DELTAPROOF_DELTA_PIPELINE (1, 2 or 3) may override for experiments and for running the
+// whole test suite on each version.
+int effective_pipeline(const DeltaRuleForwardParams& p) {
+  static const int from_environment = [] {
+    const char* value = std::getenv("DELTAPROOF_DELTA_PIPELINE");
+    const int v = value ? std::atoi(value) : 0;
+    return v >= 1 && v <= 3 ? v : 0;
+  }();
+  if (p.pipeline != 0) return p.pipeline;
+  return from_environment != 0 ? from_environment : kDefaultPipeline;
+}
+
 // v3 (scan, then a parallel output kernel) for 16-bit inputs when asked for.
 bool split_output(const DeltaRuleForwardParams& p) {
-  return p.pipeline == 3 && p.dtype != DType::f32 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
+  return effective_pipeline(p) == 3 && p.dtype != DType::f32 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
 }
 
 void require_data(const void* pointer, DType dtype, const std::string& name) {
@@ -760,7 +776,7 @@ void scan_sliced(const DeltaRuleForwardParams& p) {
   // v2 (register prefetch of the next chunk) where 16-byte vectors fit and asked for; v1 otherwise.
   const bool vectors = kTensorCore<T> && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
   if (split_output(p)) launch(chunk_scan_kernel<T, C, BV, kTensorCore<T>, false>, grid, kScanThreads, smem, p.stream, name, p);
-  else if (vectors && p.pipeline == 2) launch(chunk_scan_kernel<T, C, BV, kTensorCore<T>, true>, grid, kScanThreads, smem, p.stream, name, p);
+  else if (vectors && effective_pipeline(p) == 2) launch(chunk_scan_kernel<T, C, BV, kTensorCore<T>, true>, grid, kScanThreads, smem, p.stream, name, p);
   else launch(chunk_scan_kernel<T, C, BV, false, true>, grid, kScanThreads, smem, p.stream, name, p);
 }
 
@@ -774,7 +790,6 @@ void output_sliced(const DeltaRuleForwardParams& p) {
   }
 }
 
-constexpr int kDefaultValueSlice = 64;
 
 template <class T, int C, bool Output>
 void scan_or_output(const DeltaRuleForwardParams& p) {
