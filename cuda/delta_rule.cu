@@ -37,7 +37,7 @@ constexpr int kPrepareThreads = 128;
 constexpr int kScanThreads = 256;
 constexpr int kDecodeThreads = 256;
 constexpr int kDefaultValueSlice = 64;  // value columns per scan block (tuned on the H200: NOTES_delta.md)
-constexpr int kDefaultPipeline = 1;     // scan version (NOTES_delta.md)
+constexpr int kDefaultPipeline = 2;     // scan version (NOTES_delta.md)
 constexpr int kPanel = 64;  // column panel of the W and U products (bounds the fp32 staging buffer)
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -74,6 +74,15 @@ struct Carver {
     return at;
   }
 };
+
+// Calls f(r, c) for every r < rows, c < cols: warps over rows, lanes over columns. No integer
+// division in the index (the v1 loops' runtime div/mod cost more than the MMAs: NOTES_delta.md).
+template <class F>
+__device__ __forceinline__ void for_each_2d(int rows, int cols, F&& f) {
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < rows; r += warps)
+    for (int c = lane; c < cols; c += 32) f(r, c);
+}
 
 // ---------------------------------------------------------------------------------------
 // Block-level products in shared memory.
@@ -142,9 +151,8 @@ __device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, 
   constexpr int V = 16 / sizeof(T);
   const bool vector = cols % V == 0 && ld % V == 0 && (reinterpret_cast<std::uintptr_t>(src) & 15) == 0;
   if (vector) {
-    const int per_row = cols_pad / V;
-    for (int idx = threadIdx.x; idx < rows_pad * per_row; idx += blockDim.x) {
-      const int r = idx / per_row, c = (idx % per_row) * V;
+    for_each_2d(rows_pad, cols_pad / V, [&](int r, int vec) {
+      const int c = vec * V;
       uint4 x = make_uint4(0, 0, 0, 0);
       if (r < rows && c < cols) {
         x = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(r) * ld + c);
@@ -154,14 +162,13 @@ __device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, 
         }
       }
       *reinterpret_cast<uint4*>(dst + r * pitch + c) = x;
-    }
+    });
   } else {
-    for (int idx = threadIdx.x; idx < rows_pad * cols_pad; idx += blockDim.x) {
-      const int r = idx / cols_pad, c = idx % cols_pad;
+    for_each_2d(rows_pad, cols_pad, [&](int r, int c) {
       float x = 0.0f;
       if (r < rows && c < cols) x = to_float(src[static_cast<std::size_t>(r) * ld + c]);
       dst[r * pitch + c] = from_float<T>(negate ? -x : x);
-    }
+    });
   }
 }
 
@@ -212,10 +219,9 @@ __device__ void wy_product(const T* hi, const T* lo, const T* operand, int op_pi
     block_gemm<T, Layout::row, Layout::row>(hi, kTensorCore<T> ? lo : nullptr, operand_pitch(C), operand + p0, op_pitch,
                                             staging, float_pitch(kPanel), C, width, C, false, false, true);
     __syncthreads();
-    for (int idx = threadIdx.x; idx < size * width; idx += blockDim.x) {
-      const int i = idx / width, j = idx % width;
-      if (p0 + j < cols) out[static_cast<std::size_t>(i) * ld + p0 + j] = from_float<T>(staging[i * float_pitch(kPanel) + j]);
-    }
+    for_each_2d(size, min(width, cols - p0), [&](int i, int j) {
+      out[static_cast<std::size_t>(i) * ld + p0 + j] = from_float<T>(staging[i * float_pitch(kPanel) + j]);
+    });
     __syncthreads();
   }
 }
@@ -241,6 +247,7 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   float* beta = reinterpret_cast<float*>(smem + lay.beta);
   float* gates = reinterpret_cast<float*>(smem + lay.gates);
   const int pa = float_pitch(C), pk = operand_pitch(round_up(DK > DV ? DK : DV, 16)), pf = operand_pitch(C);
+  const bool gated = p.log_gate != nullptr;
 
   load_operand(rows, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
   for (int i = threadIdx.x; i < C; i += blockDim.x)
@@ -256,7 +263,8 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   const std::size_t block_cc = (static_cast<std::size_t>(head) * N + chunk) * C * C;
   for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
     const int i = idx / C, j = idx % C;
-    const float value = j < i ? beta[i] * a[i * pa + j] * expf(gates[i] - gates[j]) : 0.0f;
+    // Without gates the decay is exactly 1 (= expf(0)), so skipping expf changes no bit.
+    const float value = j < i ? (gated ? beta[i] * a[i * pa + j] * expf(gates[i] - gates[j]) : beta[i] * a[i * pa + j]) : 0.0f;
     a[i * pa + j] = value;
     t[i * pa + j] = 0.0f;
     if (p.wy_system) p.wy_system[block_cc + idx] = i == j ? 1.0f : value;
@@ -284,17 +292,17 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   __syncthreads();
 
   // Merges 16→32→64: T21 = −T22 A21 T11. X = A21 T11 is parked in the (unused) upper block.
-  for (int s = 16; s < C; s *= 2) {
+  for (int s = 16, log_s = 4; s < C; s *= 2, ++log_s) {
     const int pairs = C / (2 * s);
     for (int idx = threadIdx.x; idx < pairs * s * s; idx += blockDim.x) {
-      const int r0 = (idx / (s * s)) * 2 * s, i = (idx % (s * s)) / s, j = idx % s;
+      const int r0 = (idx >> (2 * log_s)) * 2 * s, i = (idx >> log_s) & (s - 1), j = idx & (s - 1);
       float sum = 0.0f;
       for (int m = j; m < s; ++m) sum = fmaf(a[(r0 + s + i) * pa + r0 + m], t[(r0 + m) * pa + r0 + j], sum);
       t[(r0 + i) * pa + r0 + s + j] = sum;  // X_ij
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < pairs * s * s; idx += blockDim.x) {
-      const int r0 = (idx / (s * s)) * 2 * s, i = (idx % (s * s)) / s, j = idx % s;
+      const int r0 = (idx >> (2 * log_s)) * 2 * s, i = (idx >> log_s) & (s - 1), j = idx & (s - 1);
       float sum = 0.0f;
       for (int m = 0; m <= i; ++m) sum = fmaf(t[(r0 + s + i) * pa + r0 + s + m], t[(r0 + m) * pa + r0 + s + j], sum);
       t[(r0 + s + i) * pa + r0 + j] = -sum;
@@ -307,7 +315,7 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
     const int i = idx / C, j = idx % C;
     const float tij = j <= i ? t[i * pa + j] : 0.0f;
     if (p.wy_inverse) p.wy_inverse[block_cc + idx] = tij;
-    const float wf = tij * (beta[j] * expf(gates[j])), uf = tij * beta[j];
+    const float wf = tij * (gated ? beta[j] * expf(gates[j]) : beta[j]), uf = tij * beta[j];
     const T wh = from_float<T>(wf), uh = from_float<T>(uf);
     w_hi[i * pf + j] = wh;
     u_hi[i * pf + j] = uh;
@@ -369,14 +377,19 @@ struct NextChunk {
   __device__ void issue(const DeltaRuleForwardParams& p, std::size_t token0, int size, int dkp, int v0, int bv, bool with_q) {
     const int DK = p.key_dim, DV = p.value_dim, per_row = dkp / 8;
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    // (row, vector) of idx = threadIdx.x + e·kScanThreads, stepped without dividing in the loop
+    const int step_rows = kScanThreads / per_row, step_vec = kScanThreads % per_row;
+    int r = threadIdx.x / per_row, vec = threadIdx.x % per_row;
 #pragma unroll
     for (int e = 0; e < kRowsVec; ++e) {
-      const int idx = threadIdx.x + e * kScanThreads, r = idx / per_row, c = (idx % per_row) * 8;
+      const int idx = threadIdx.x + e * kScanThreads, c = vec * 8;
       const bool valid = idx < C * per_row && r < size && c < DK;
       const std::size_t at = (token0 + r) * DK + c;
       q[e] = valid && with_q ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + at) : zero;
       k[e] = valid ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.k) + at) : zero;
       w[e] = valid ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.w) + at) : zero;
+      r += step_rows, vec += step_vec;
+      if (vec >= per_row) vec -= per_row, ++r;
     }
 #pragma unroll
     for (int e = 0; e < kSliceVec; ++e) {
@@ -389,9 +402,12 @@ struct NextChunk {
 
   __device__ void commit(T* qs, T* ks, T* neg_w, int pk, float* v_new, int pv, float* gates, int dkp) const {
     const int per_row = dkp / 8;
+    const int step_rows = kScanThreads / per_row, step_vec = kScanThreads % per_row;
+    int r = threadIdx.x / per_row, vec = threadIdx.x % per_row;
 #pragma unroll
-    for (int e = 0; e < kRowsVec; ++e) {
-      const int idx = threadIdx.x + e * kScanThreads, r = idx / per_row, c = (idx % per_row) * 8;
+    for (int e = 0; e < kRowsVec; ++e, r += step_rows, vec += step_vec) {
+      if (vec >= per_row) vec -= per_row, ++r;
+      const int idx = threadIdx.x + e * kScanThreads, c = vec * 8;
       if (idx < C * per_row) {
         uint4 nw = w[e];
         nw.x ^= 0x80008000u, nw.y ^= 0x80008000u, nw.z ^= 0x80008000u, nw.w ^= 0x80008000u;
@@ -445,25 +461,24 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
   const int pp = float_pitch(C), ppo = wide ? pp : operand_pitch(C);
 
   const std::size_t state_base = static_cast<std::size_t>(head) * DV * DK;
-  for (int idx = threadIdx.x; idx < BV * dkp; idx += blockDim.x) {
-    const int r = idx / dkp, c = idx % dkp;
+  for_each_2d(BV, dkp, [&](int r, int c) {
     const float x = (p.initial_state && r < bv && c < DK) ? p.initial_state[state_base + (v0 + r) * DK + c] : 0.0f;
     state[r * ps + c] = x;
     if constexpr (!wide) state_op[r * pso + c] = from_float<T>(x);
-  }
+  });
+  __syncthreads();  // the first chunk's boundary write reads other threads' entries
+  const bool gated = p.log_gate != nullptr;
 
   for (int chunk = 0; chunk < N; ++chunk) {
     const int begin = chunk * C, size = min(C, L - begin);
     const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;
     if (p.boundary_states) {
       float* dst = p.boundary_states + (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
-      for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
-        dst[(v0 + idx / DK) * DK + idx % DK] = state[(idx / DK) * ps + idx % DK];
+      for_each_2d(bv, DK, [&](int r, int c) { dst[(v0 + r) * DK + c] = state[r * ps + c]; });
     }
     if constexpr (!Fused) {  // S_[c] as the output's operand: the same rounding as state_op
       T* dst = static_cast<T*>(p.state_operands) + (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
-      for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
-        dst[(v0 + idx / DK) * DK + idx % DK] = from_float<T>(state[(idx / DK) * ps + idx % DK]);
+      for_each_2d(bv, DK, [&](int r, int c) { dst[(v0 + r) * DK + c] = from_float<T>(state[r * ps + c]); });
     }
     if (!Prefetch || chunk == 0) {
       load_operand(ks, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
@@ -502,10 +517,11 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
       const int i = idx / BV, j = idx % BV;
       const float x = v_new[i * pv + j];
       if (p.v_new && i < size && j < bv) p.v_new[(token0 + i) * DV + v0 + j] = x;
-      v_decayed[i * pvd + j] = from_float<T>(x * expf(last - gates[i]));
+      // Without gates every decay is exactly 1 (= expf(0)): skipping expf changes no bit.
+      v_decayed[i * pvd + j] = from_float<T>(gated ? x * expf(last - gates[i]) : x);
       if constexpr (Fused) {
         v_op[i * pvo + j] = from_float<T>(x);
-        out[i * pv + j] *= expf(gates[i]);
+        if (gated) out[i * pv + j] *= expf(gates[i]);
       } else if (i < size && j < bv) {
         static_cast<T*>(p.v_new_operands)[(token0 + i) * DV + v0 + j] = from_float<T>(x);
       }
@@ -513,10 +529,13 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
     if constexpr (Fused)
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
         const int i = idx / C, j = idx % C;
-        scores_op[i * ppo + j] = j <= i ? from_float<T>(scores[i * pp + j] * expf(gates[i] - gates[j])) : from_float<T>(0.0f);
+        scores_op[i * ppo + j] =
+            j <= i ? from_float<T>(gated ? scores[i * pp + j] * expf(gates[i] - gates[j]) : scores[i * pp + j]) : from_float<T>(0.0f);
       }
-    const float decay = expf(last);
-    for (int idx = threadIdx.x; idx < BV * dkp; idx += blockDim.x) state[(idx / dkp) * ps + idx % dkp] *= decay;
+    if (gated) {
+      const float decay = expf(last);
+      for_each_2d(BV, dkp, [&](int r, int c) { state[r * ps + c] *= decay; });
+    }
     __syncthreads();
 
     // O += P V̄;  S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K
@@ -527,21 +546,16 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
 
     if constexpr (Fused) {
       T* o = static_cast<T*>(p.output);
-      for (int idx = threadIdx.x; idx < size * bv; idx += blockDim.x) {
-        const int i = idx / bv, j = idx % bv;
-        o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]);
-      }
+      for_each_2d(size, bv, [&](int i, int j) { o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]); });
     }
     if constexpr (!wide)
-      for (int idx = threadIdx.x; idx < BV * dkp; idx += blockDim.x)
-        state_op[(idx / dkp) * pso + idx % dkp] = from_float<T>(state[(idx / dkp) * ps + idx % dkp]);
+      for_each_2d(BV, dkp, [&](int r, int c) { state_op[r * pso + c] = from_float<T>(state[r * ps + c]); });
     if constexpr (Prefetch)
       if (chunk + 1 < N) next.commit(Fused ? qs : nullptr, ks, neg_w, pk, v_new, pv, gates, dkp);
     // The next chunk's loads touch none of out, state or state_op; its first barrier orders them.
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < bv * DK; idx += blockDim.x)
-    p.final_state[state_base + (v0 + idx / DK) * DK + idx % DK] = state[(idx / DK) * ps + idx % DK];
+  for_each_2d(bv, DK, [&](int r, int c) { p.final_state[state_base + (v0 + r) * DK + c] = state[r * ps + c]; });
 }
 
 // Stage 3 of v3: chunk outputs, one block per (chunk, value slice, head), all in parallel:
@@ -601,19 +615,19 @@ __global__ void __launch_bounds__(kScanThreads) chunk_output_kernel(DeltaRuleFor
   block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, state_op, pk, out, pv, C, BV, dkp, false);  // Q Sᵀ
   block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, ks, pk, scores, pp, C, C, dkp, false, true);  // Q Kᵀ
   __syncthreads();
-  for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) out[(idx / BV) * pv + idx % BV] *= expf(gates[idx / BV]);
+  const bool gated = p.log_gate != nullptr;  // without gates every decay is exactly 1: no expf, same bits
+  if (gated)
+    for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) out[(idx / BV) * pv + idx % BV] *= expf(gates[idx / BV]);
   for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
     const int i = idx / C, j = idx % C;
-    scores_op[i * ppo + j] = j <= i ? from_float<T>(scores[i * pp + j] * expf(gates[i] - gates[j])) : from_float<T>(0.0f);
+    scores_op[i * ppo + j] =
+        j <= i ? from_float<T>(gated ? scores[i * pp + j] * expf(gates[i] - gates[j]) : scores[i * pp + j]) : from_float<T>(0.0f);
   }
   __syncthreads();
   block_gemm<T, Layout::row, Layout::row>(scores_op, nullptr, ppo, v_op, pvo, out, pv, C, BV, C, true, false, true);
   __syncthreads();
   T* o = static_cast<T*>(p.output);
-  for (int idx = threadIdx.x; idx < size * bv; idx += blockDim.x) {
-    const int i = idx / bv, j = idx % bv;
-    o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]);
-  }
+  for_each_2d(size, bv, [&](int i, int j) { o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -791,12 +805,31 @@ void output_sliced(const DeltaRuleForwardParams& p) {
 }
 
 
+int max_shared_bytes() {
+  static const int bytes = [] {
+    int device = 0, value = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+    return value;
+  }();
+  return bytes;
+}
+
+// The requested value slice, halved until the scan's shared memory fits (DK = 256 with BV = 64
+// does not on the H200).
+int fitting_slice(const DeltaRuleForwardParams& p, int element_size, int chunk) {
+  int slice = p.value_slice == 0 ? kDefaultValueSlice : p.value_slice;
+  while (slice > 16 && scan_layout(element_size, chunk, slice, p.key_dim).bytes > static_cast<std::size_t>(max_shared_bytes()))
+    slice /= 2;
+  return slice;
+}
+
 template <class T, int C, bool Output>
 void scan_or_output(const DeltaRuleForwardParams& p) {
   if constexpr (!kTensorCore<T>) {
     if constexpr (!Output) scan_sliced<T, C, 16>(p);
   } else {
-    switch (p.value_slice == 0 ? kDefaultValueSlice : p.value_slice) {
+    switch (Output ? (p.value_slice == 0 ? kDefaultValueSlice : p.value_slice) : fitting_slice(p, sizeof(T), C)) {
       case 16: return Output ? output_sliced<T, C, 16>(p) : scan_sliced<T, C, 16>(p);
       case 32: return Output ? output_sliced<T, C, 32>(p) : scan_sliced<T, C, 32>(p);
       default: return Output ? output_sliced<T, C, 64>(p) : scan_sliced<T, C, 64>(p);

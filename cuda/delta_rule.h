@@ -50,10 +50,11 @@ struct DeltaRuleForwardParams {
   float* boundary_states = nullptr;  // [B, H, N, DV, DK] fp32: S_[c], the state before chunk c
 
   // Columns of S (value rows) per block of the state scan: 16, 32 or 64 (bf16/fp16); 0 picks
-  // the default. fp32 inputs always use 16 (shared memory). A tuning knob only: each column's
+  // the default (64); halved while the scan's shared memory would not fit (DK = 256). fp32
+  // inputs always use 16 (shared memory). A tuning knob only: each column's
   // arithmetic is the same whatever the slice, so results are equal bit for bit (tested).
   int value_slice = 0;
-  // Scan version: 0 default (v1), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
+  // Scan version: 0 default (v2), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
   // registers), 3 = v3 (v2 without the output, then a parallel output kernel over all chunks;
   // needs state_operands and v_new_operands). v2 and v3 need 16-bit inputs with DK, DV multiples
   // of 8, else v1 runs. Same bits whichever runs (tested).
