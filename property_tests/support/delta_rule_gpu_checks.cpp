@@ -131,7 +131,7 @@ Units units_of(DType d) {
 }
 
 // Π(1 + γ_{m_acc}(u_acc)) (1 + u_op)^op_roundings (1 + extra) − 1, rounded up.
-static double rho(long acc_roundings, int op_roundings, double u_op, double extra) {
+static double rho(long acc_roundings, int op_roundings, double u_op, double extra = 0) {
   const double r = (1 + ref::gamma(acc_roundings, u_acc)) * std::pow(1 + u_op, op_roundings) * (1 + extra) - 1;
   return r * (1 + 1e-12);
 }
