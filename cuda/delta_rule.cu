@@ -33,7 +33,7 @@ namespace {
 using namespace nvcuda;
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kPrepareThreads = 128;
+constexpr int kPrepareThreads = 256;
 constexpr int kScanThreads = 256;
 constexpr int kDecodeThreads = 256;
 constexpr int kDefaultValueSlice = 64;  // value columns per scan block (tuned on the H200: NOTES_delta.md)
@@ -195,14 +195,17 @@ __host__ __device__ inline PrepareLayout prepare_layout(int element_size, int ch
   PrepareLayout l{};
   Carver c;
   l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(dp) * element_size);  // K, later V
-  l.system = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
+  // A is dead once T is built, so the fp32 staging of the W and U products reuses its space, and
+  // U's factors reuse W's once W is written: 70 KB at C = 64, DK = 128, three blocks per SM.
+  const int system_pitch = float_pitch(chunk > kPanel ? chunk : kPanel);
+  l.system = c.take(static_cast<std::size_t>(chunk) * system_pitch * 4);
   l.inverse = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
   const std::size_t factor = static_cast<std::size_t>(chunk) * operand_pitch(chunk) * element_size;
   l.w_hi = c.take(factor);
   l.w_lo = split ? c.take(factor) : l.w_hi;
-  l.u_hi = c.take(factor);
-  l.u_lo = split ? c.take(factor) : l.u_hi;
-  l.staging = c.take(static_cast<std::size_t>(chunk) * float_pitch(kPanel) * 4);
+  l.u_hi = l.w_hi;
+  l.u_lo = l.w_lo;
+  l.staging = l.system;
   l.beta = c.take(chunk * 4);
   l.gates = c.take(chunk * 4);
   l.bytes = c.offset;
@@ -310,24 +313,27 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
     __syncthreads();
   }
 
-  // T diag(βγ) (for W) and T diag(β) (for U) in fp32, split into operand-precision hi + lo.
+  // T diag(βγ) (for W), then T diag(β) (for U), in fp32, split into operand-precision hi + lo.
   for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
     const int i = idx / C, j = idx % C;
     const float tij = j <= i ? t[i * pa + j] : 0.0f;
     if (p.wy_inverse) p.wy_inverse[block_cc + idx] = tij;
-    const float wf = tij * (gated ? beta[j] * expf(gates[j]) : beta[j]), uf = tij * beta[j];
-    const T wh = from_float<T>(wf), uh = from_float<T>(uf);
+    const float wf = tij * (gated ? beta[j] * expf(gates[j]) : beta[j]);
+    const T wh = from_float<T>(wf);
     w_hi[i * pf + j] = wh;
-    u_hi[i * pf + j] = uh;
-    if constexpr (kTensorCore<T>) {
-      w_lo[i * pf + j] = from_float<T>(wf - to_float(wh));
-      u_lo[i * pf + j] = from_float<T>(uf - to_float(uh));
-    }
+    if constexpr (kTensorCore<T>) w_lo[i * pf + j] = from_float<T>(wf - to_float(wh));
   }
   __syncthreads();
 
   wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
   load_operand(rows, pk, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+  for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {  // W's factors are consumed: U's take their place
+    const int i = idx / C, j = idx % C;
+    const float uf = (j <= i ? t[i * pa + j] : 0.0f) * beta[j];
+    const T uh = from_float<T>(uf);
+    u_hi[i * pf + j] = uh;
+    if constexpr (kTensorCore<T>) u_lo[i * pf + j] = from_float<T>(uf - to_float(uh));
+  }
   __syncthreads();
   wy_product<T, C>(u_hi, u_lo, rows, pk, staging, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
 }
