@@ -15,9 +15,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <string>
+#include <type_traits>
 
 namespace deltaproof::cuda::linear_attention {
 namespace {
@@ -47,7 +47,17 @@ struct Pass {
   void* boundary;  // packed [B, H, N, value_dim, key_dim], or null
   int batch, heads, length, key_dim, value_dim, chunk_size;
   bool reversed;
+  PlantedBug bug;
 };
+
+// Chunk count and causal mask, with the planted bugs that break them.
+__device__ __forceinline__ int chunk_count(const Pass& p, int C) {
+  return p.bug == PlantedBug::dropped_partial_chunk ? p.length / C : (p.length + C - 1) / C;
+}
+__device__ __forceinline__ bool in_mask(const Pass& p, int i, int j) {
+  return p.bug == PlantedBug::strict_causal_mask ? j < i : j <= i;
+}
+__device__ __forceinline__ bool reads_initial(const Pass& p) { return p.s0 && p.bug != PlantedBug::lost_initial_state; }
 
 __device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
 
@@ -90,11 +100,11 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
   for (int e = tid; e < TV * K; e += NT) {
     const int r = e / K, c = e % K;
     A s = 0;
-    if (p.s0 && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
+    if (reads_initial(p) && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
     S[r * Kp + c] = s;
   }
 
-  const int chunks = (L + C - 1) / C;
+  const int chunks = chunk_count(p, C);
   for (int n = 0; n < chunks; ++n) {
     const int t0 = n * C, cn = min(C, L - t0);
     for (int e = tid; e < C * TV; e += NT) {
@@ -118,7 +128,7 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
       __syncthreads();
       for (int r = 0; r < kScorePerThread; ++r) {
         const int idx = tid + r * NT, i = idx / C, j = idx % C;
-        if (idx < C * C && j <= i)
+        if (idx < C * C && in_mask(p, i, j))
           for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
       }
       for (int r = 0; r < kOutPerThread; ++r) {
@@ -131,14 +141,14 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
         if (kk >= width) continue;
         A s = S[c * Kp + s0 + kk];
         if (p.boundary && v0 + c < V)
-          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * chunks + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
+          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
         for (int j = 0; j < cn; ++j) s = fma(Vt[j * TV + c], Ks[j * (KS + 1) + kk], s);
         S[c * Kp + s0 + kk] = s;
       }
     }
     for (int r = 0; r < kScorePerThread; ++r) {
       const int idx = tid + r * NT;
-      if (idx < C * C) As[idx] = (idx % C <= idx / C) ? score_acc[r] : A(0);
+      if (idx < C * C) As[idx] = in_mask(p, idx / C, idx % C) ? score_acc[r] : A(0);
     }
     __syncthreads();
     for (int r = 0; r < kOutPerThread; ++r) {
@@ -162,10 +172,17 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
 // o_r = Σ_c S_rc q_c: each lane sums its NC columns in order, then a butterfly over the warp
 // (the same tree every run: deterministic).
 
-constexpr int kDecodeWarps = 4, kDecodeRows = 4;
+constexpr int kDecodeWarps = 4, kDecodeRows = 8;
 
-template <class T, class A, int NC>
-__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p) {
+// Column j of lane l: l + 32·j (any DK), or 4·l + j when kFourPerLane (DK = 128, fp32 state,
+// 16-byte aligned rows): one 16-byte access per row per lane.
+template <int NC, bool kFourPerLane>
+__device__ __forceinline__ int decode_column(int lane, int j) {
+  return kFourPerLane ? lane * 4 + j : lane + 32 * j;
+}
+
+template <class T, class A, int NC, bool kFourPerLane>
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p, PlantedBug bug) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int row0 = (blockIdx.x * kDecodeWarps + warp) * kDecodeRows;
@@ -174,13 +191,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
   A* s_out = static_cast<A*>(p.final_state);
   const std::int64_t in_base = b * p.initial_state_strides.batch + h * p.initial_state_strides.head;
   const std::int64_t out_base = b * p.final_state_strides.batch + h * p.final_state_strides.head;
+  const bool read_state = s_in && bug != PlantedBug::lost_initial_state;
 
   A s[kDecodeRows][NC];
-  for (int r = 0; r < kDecodeRows; ++r)
-    for (int j = 0; j < NC; ++j) {
-      const int row = row0 + r, col = lane + 32 * j;
-      s[r][j] = (s_in && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if constexpr (kFourPerLane) {
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (read_state && row < V)
+        x = *reinterpret_cast<const float4*>(s_in + in_base + row * p.initial_state_strides.row + lane * 4);
+      s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        s[r][j] = (read_state && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
+      }
     }
+  }
   const T* q = static_cast<const T*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
   const T* k = static_cast<const T*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
   const T* v = static_cast<const T*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
@@ -188,7 +215,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
   for (int t = 0; t < p.tokens; ++t) {
     A kc[NC], qc[NC];
     for (int j = 0; j < NC; ++j) {
-      const int col = lane + 32 * j;
+      const int col = decode_column<NC, kFourPerLane>(lane, j);
       kc[j] = col < K ? to_acc<A>(k[t * p.k_strides.row + col]) : A(0);
       qc[j] = col < K ? to_acc<A>(q[t * p.q_strides.row + col]) : A(0);
     }
@@ -197,57 +224,100 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
       const A vr = row < V ? to_acc<A>(v[t * p.v_strides.row + row]) : A(0);
       A partial = 0;
       for (int j = 0; j < NC; ++j) {
+        if (bug == PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
         s[r][j] = fma(vr, kc[j], s[r][j]);
-        partial = fma(s[r][j], qc[j], partial);
+        if (bug != PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
       }
       for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
       if (lane == 0 && row < V) o[t * p.output_strides.row + row] = from_acc<T>(partial);
     }
   }
-  for (int r = 0; r < kDecodeRows; ++r)
-    for (int j = 0; j < NC; ++j) {
-      const int row = row0 + r, col = lane + 32 * j;
-      if (row < V && col < K) s_out[out_base + row * p.final_state_strides.row + col] = s[r][j];
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if (row >= V) continue;
+    if constexpr (kFourPerLane) {
+      *reinterpret_cast<float4*>(s_out + out_base + row * p.final_state_strides.row + lane * 4) =
+          make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        if (col < K) s_out[out_base + row * p.final_state_strides.row + col] = s[r][j];
+      }
     }
+  }
 }
 
 // ---------------------------------------------------------------------------------------
-// Tensor-core pass (bf16 inputs, key_dim ≤ 128; WMMA 16×16×16, fp32 accumulate).
-// Block = 64 value columns of one head, 8 warps. The fp32 state tile lives in shared memory for
-// the whole sequence; the two fp32 operands of the products (the state S and the masked scores
-// P) enter the tensor cores as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)),
-// which carries x to a relative 2⁻¹⁶: the output error stays at fp32-accumulation level instead
-// of the bf16 rounding a single cast would add (see the bound in linear_attention_gpu_test.cpp).
+// Tensor-core pass (bf16 inputs, key_dim ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
+// Block = 64 value columns of one head, 8 warps, ≈79 KB shared memory (two blocks per SM).
+// The fp32 state tile lives in registers as mma accumulators: warp w owns state rows
+// 16·(w%4).. +15 and key columns 64·(w/4).. +63.
+// The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
+// as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
+// relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). P never leaves
+// registers: the accumulator layout of two adjacent n8 tiles is the A-operand layout of one k16
+// step (as in FlashAttention-2). Per chunk: copy Q, K, V in (cp.async) while each warp writes its
+// state rows to shared memory as hi/lo; one barrier; scores, output and state update; one barrier.
 
-namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
-constexpr int kTcThreads = 256, kTcWarps = 8, kTcTileV = 64, kTcKeyDim = 128;
+constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcTileV = 64, kTcKeyDim = 128;
+constexpr int kTcStateKeys = kTcKeyDim / 2;  // key columns of the state each warp owns
+constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8;  // padded rows: ldmatrix without bank conflicts
 
-template <int C>
 struct TcLayout {
-  static constexpr int sf_ld = kTcKeyDim + 4, sb_ld = kTcKeyDim + 8, qk_ld = kTcKeyDim + 8, v_ld = kTcTileV + 8,
-                       af_ld = (C > kTcTileV ? C : kTcTileV) + 4, p_ld = C + 8;
-  static constexpr std::size_t sf = 0, shi = sf + kTcTileV * sf_ld * 4, slo = shi + kTcTileV * sb_ld * 2,
-                               qs = slo + kTcTileV * sb_ld * 2, ks = qs + C * qk_ld * 2, vs = ks + C * qk_ld * 2,
-                               af = vs + C * v_ld * 2, phi = af + C * af_ld * 4, plo = phi + C * p_ld * 2,
-                               bytes = plo + C * p_ld * 2;
+  static constexpr std::size_t shi = 0, slo = shi + kTcTileV * kTcLd * 2, qs = slo + kTcTileV * kTcLd * 2,
+                               ks = qs + 64 * kTcLd * 2, vs = ks + 64 * kTcLd * 2, bytes = vs + 64 * kTcVLd * 2;
 };
 
-// Rows [t0, t0+cn) of a [L, width] bf16 matrix into shared [C][ld], zero outside, cols [col0, col0+cols).
-template <int C>
+__device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+
+// d += a·b for one 16×8 tile (k = 16).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned pack_bf16(float lo_half, float hi_half) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+// x = hi + lo (+ 2⁻¹⁶|x|) for a pair of values; `single` plants the bug of dropping lo.
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo, bool single) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  hi = *reinterpret_cast<const unsigned*>(&h);
+  lo = single ? 0u : pack_bf16(x0 - __low2float(h), x1 - __high2float(h));
+}
+
+// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// Rows [t0, t0+cn) of a bf16 matrix into shared [64][ld], columns [col0, col0+cols), zero outside.
 __device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, std::int64_t row_stride, const Pass& p,
-                                          int t0, int cn, int col0, int cols, int valid_cols, bool vec) {
-  if (vec) {  // 8 columns per 16-byte load; valid_cols and the strides are multiples of 8
+                                         int t0, int cn, int col0, int cols, int valid_cols, bool vec) {
+  if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
     const int groups = cols / 8;
-    for (int e = threadIdx.x; e < C * groups; e += kTcThreads) {
-      const int i = e / groups, g = e % groups, c = g * 8;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (i < cn && col0 + c < valid_cols)
-        x = *reinterpret_cast<const uint4*>(src + token_row(p, t0 + i) * row_stride + col0 + c);
-      *reinterpret_cast<uint4*>(dst + i * ld + c) = x;
+    for (int e = threadIdx.x; e < 64 * groups; e += kTcThreads) {
+      const int i = e / groups, c = (e % groups) * 8;
+      const bool valid = i < cn && col0 + c < valid_cols;
+      copy_async_16(dst + i * ld + c, valid ? src + token_row(p, t0 + i) * row_stride + col0 + c : src, valid);
     }
   } else {
-    for (int e = threadIdx.x; e < C * cols; e += kTcThreads) {
+    for (int e = threadIdx.x; e < 64 * cols; e += kTcThreads) {
       const int i = e / cols, c = e % cols;
       dst[i * ld + c] = (i < cn && col0 + c < valid_cols) ? src[token_row(p, t0 + i) * row_stride + col0 + c]
                                                           : __float2bfloat16_rn(0.f);
@@ -256,156 +326,181 @@ __device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, st
 }
 
 template <int C>
-__global__ void __launch_bounds__(kTcThreads) pass_tensor_core(Pass p, bool vec) {
-  using Lay = TcLayout<C>;
+__global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool vec) {
+  constexpr int kRowBlocks = C / 16;                        // 16-row blocks of a chunk
+  constexpr int kColumnGroups = kTcWarps / kRowBlocks < 4 ? kTcWarps / kRowBlocks : 4;  // warps per row block
+  constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
+  constexpr int kScoreTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  float* Sf = reinterpret_cast<float*>(smem + Lay::sf);  // [64][sf_ld] state tile, fp32
-  bf16* Shi = reinterpret_cast<bf16*>(smem + Lay::shi);  // [64][sb_ld]
-  bf16* Slo = reinterpret_cast<bf16*>(smem + Lay::slo);
-  bf16* Qs = reinterpret_cast<bf16*>(smem + Lay::qs);    // [C][qk_ld]
-  bf16* Ks = reinterpret_cast<bf16*>(smem + Lay::ks);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + Lay::vs);    // [C][v_ld]
-  float* Af = reinterpret_cast<float*>(smem + Lay::af);  // [C][af_ld] scores, then the output tile
-  bf16* Phi = reinterpret_cast<bf16*>(smem + Lay::phi);  // [C][p_ld]
-  bf16* Plo = reinterpret_cast<bf16*>(smem + Lay::plo);
+  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [64][kTcLd] state rows (value) × key
+  bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
+  bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [64][kTcLd] chunk rows × key
+  bf16* Ks = reinterpret_cast<bf16*>(smem + TcLayout::ks);
+  bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [64][kTcVLd] chunk rows × value tile
 
-  const int tid = threadIdx.x, warp = tid / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int v0 = blockIdx.x * kTcTileV;
   const int K = p.key_dim, V = p.value_dim, L = p.length;
-  const int k_end = (K + 15) / 16 * 16;  // key columns that take part in products
-  constexpr int nt = C / 16;
+  const int k_steps = (K + 15) / 16;
+  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
+  const int state_rows = 16 * (warp % 4), state_key0 = kTcStateKeys * (warp / 4);
+  const int out_col0 = column_group * (kTcTileV / kColumnGroups);
+  const bool single = p.bug == PlantedBug::single_bf16_operands;
 
   const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
   const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
   bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
 
-  for (int e = tid; e < kTcTileV * kTcKeyDim; e += kTcThreads) {
-    const int r = e / kTcKeyDim, c = e % kTcKeyDim;
-    float s = 0;
-    if (p.s0 && v0 + r < V && c < K)
-      s = static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
-    Sf[r * Lay::sf_ld + c] = s;
-  }
-  __syncthreads();
-
-  const int chunks = (L + C - 1) / C;
-  for (int n = 0; n < chunks; ++n) {
-    const int t0 = n * C, cn = min(C, L - t0);
-    // 1. Load the chunk; split S_[c] into hi + lo (and expose it when asked).
-    load_tile<C>(Qs, Lay::qk_ld, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile<C>(Ks, Lay::qk_ld, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile<C>(Vs, Lay::v_ld, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
-    for (int e = tid; e < kTcTileV * kTcKeyDim; e += kTcThreads) {
-      const int r = e / kTcKeyDim, c = e % kTcKeyDim;
-      const float s = Sf[r * Lay::sf_ld + c];
-      if (p.boundary && v0 + r < V && c < K)
-        static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * chunks + n) * V * K + std::int64_t(v0 + r) * K + c] = s;
-      const bf16 hi = __float2bfloat16_rn(s);
-      Shi[r * Lay::sb_ld + c] = hi;
-      Slo[r * Lay::sb_ld + c] = __float2bfloat16_rn(s - __bfloat162float(hi));
+  // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
+  float S[kTcStateKeys / 8][4];
+  const int s_row0 = v0 + state_rows + g;
+#pragma unroll
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      S[n][x] = (reads_initial(p) && row < V && col < K)
+                    ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + row * p.s0_r + col * p.s0_c]
+                    : 0.f;
     }
+
+  const int chunks = chunk_count(p, C);
+  for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
+    const int t0 = n_chunk * C, cn = min(C, L - t0);
+    // 1. Copy the chunk in; publish S_[c] as hi + lo (and expose it when asked).
+    load_tile(Qs, kTcLd, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Ks, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Vs, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
+        unsigned hi, lo;
+        split_pair(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
+        *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
+        *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
+        if (p.boundary && v0 + r < V)
+          for (int x = 0; x < 2; ++x)
+            if (c + x < K)
+              static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
+                                              std::int64_t(v0 + r) * K + c + x] = S[n][2 * half + x];
+      }
+    copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
     __syncthreads();
 
-    // 2. Scores Q Kᵀ (tiles on and below the diagonal) and the state update S += Vᵀ K.
-    for (int tile = warp; tile < nt * nt; tile += kTcWarps) {
-      const int ti = tile / nt, tj = tile % nt;
-      if (tj > ti) continue;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-      for (int kk = 0; kk < k_end; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bt;
-        wmma::load_matrix_sync(a, Qs + ti * 16 * Lay::qk_ld + kk, Lay::qk_ld);
-        wmma::load_matrix_sync(bt, Ks + tj * 16 * Lay::qk_ld + kk, Lay::qk_ld);
-        wmma::mma_sync(acc, a, bt, acc);
+    // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal), and
+    //    O = Q (S_hi + S_lo)ᵀ for its output columns, sharing the Q fragments.
+    if (computes_output) {
+      float P[kScoreTiles][4], O[kOutTiles][4];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+      const int i0 = 16 * row_block;
+#pragma unroll
+      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, Qs + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; n += 2) {
+          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
+          unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
+          ldmatrix_x4(bk, Ks + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(P[n], a, bk[0], bk[1]);
+          mma_bf16(P[n + 1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
+          const int key = kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];
+          ldmatrix_x4(bh, Shi + c * kTcLd + key);
+          ldmatrix_x4(bl, Slo + c * kTcLd + key);
+          mma_bf16(O[n], a, bh[0], bh[1]);
+          mma_bf16(O[n + 1], a, bh[2], bh[3]);
+          mma_bf16(O[n], a, bl[0], bl[1]);
+          mma_bf16(O[n + 1], a, bl[2], bl[3]);
+        }
       }
-      wmma::store_matrix_sync(Af + ti * 16 * Lay::af_ld + tj * 16, acc, Lay::af_ld, wmma::mem_row_major);
+      // 3. Causal mask, P = hi + lo in A-operand layout, then O += (P_hi + P_lo) V.
+      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
+          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
+        }
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj > row_block) break;
+        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
+        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bv, Vs + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_bf16(O[n], ah, bv[0], bv[1]);
+          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
+          mma_bf16(O[n], al, bv[0], bv[1]);
+          mma_bf16(O[n + 1], al, bv[2], bv[3]);
+        }
+      }
+      // 4. Store this warp's output tile, rounded to bf16.
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
+          if (i >= cn) continue;
+          bf16* dst = out + token_row(p, t0 + i) * p.out_s.row + c;
+          if (vec) {
+            if (c < V) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
+          } else {
+            if (c < V) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+            if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+          }
+        }
     }
-    const int j_end = (cn + 15) / 16 * 16;
-    for (int tile = warp; tile < (kTcTileV / 16) * (kTcKeyDim / 16); tile += kTcWarps) {
-      const int tr = tile / (kTcKeyDim / 16), tc = tile % (kTcKeyDim / 16);
-      if (tc * 16 >= k_end) continue;
-      float* s_tile = Sf + tr * 16 * Lay::sf_ld + tc * 16;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, s_tile, Lay::sf_ld, wmma::mem_row_major);
-      for (int j = 0; j < j_end; j += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> vt;  // Vᵀ
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> kb;
-        wmma::load_matrix_sync(vt, Vs + j * Lay::v_ld + tr * 16, Lay::v_ld);
-        wmma::load_matrix_sync(kb, Ks + j * Lay::qk_ld + tc * 16, Lay::qk_ld);
-        wmma::mma_sync(acc, vt, kb, acc);
-      }
-      wmma::store_matrix_sync(s_tile, acc, Lay::sf_ld, wmma::mem_row_major);
-    }
-    __syncthreads();
-
-    // 3. Causal mask, then P = hi + lo.
-    for (int e = tid; e < C * C; e += kTcThreads) {
-      const int i = e / C, j = e % C;
-      const float x = j <= i ? Af[i * Lay::af_ld + j] : 0.f;
-      const bf16 hi = __float2bfloat16_rn(x);
-      Phi[i * Lay::p_ld + j] = hi;
-      Plo[i * Lay::p_ld + j] = __float2bfloat16_rn(x - __bfloat162float(hi));
-    }
-    __syncthreads();
-
-    // 4. Output tile: Q (S_hi + S_lo)ᵀ + (P_hi + P_lo) V.
-    for (int tile = warp; tile < nt * (kTcTileV / 16); tile += kTcWarps) {
-      const int ti = tile / (kTcTileV / 16), tc = tile % (kTcTileV / 16);
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-      for (int kk = 0; kk < k_end; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> s_hi, s_lo;
-        wmma::load_matrix_sync(a, Qs + ti * 16 * Lay::qk_ld + kk, Lay::qk_ld);
-        wmma::load_matrix_sync(s_hi, Shi + tc * 16 * Lay::sb_ld + kk, Lay::sb_ld);
-        wmma::load_matrix_sync(s_lo, Slo + tc * 16 * Lay::sb_ld + kk, Lay::sb_ld);
-        wmma::mma_sync(acc, a, s_hi, acc);
-        wmma::mma_sync(acc, a, s_lo, acc);
-      }
-      for (int j = 0; j <= ti; ++j) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> p_hi, p_lo;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> vb;
-        wmma::load_matrix_sync(p_hi, Phi + ti * 16 * Lay::p_ld + j * 16, Lay::p_ld);
-        wmma::load_matrix_sync(p_lo, Plo + ti * 16 * Lay::p_ld + j * 16, Lay::p_ld);
-        wmma::load_matrix_sync(vb, Vs + j * 16 * Lay::v_ld + tc * 16, Lay::v_ld);
-        wmma::mma_sync(acc, p_hi, vb, acc);
-        wmma::mma_sync(acc, p_lo, vb, acc);
-      }
-      wmma::store_matrix_sync(Af + ti * 16 * Lay::af_ld + tc * 16, acc, Lay::af_ld, wmma::mem_row_major);
-    }
-    __syncthreads();
-
-    // 5. Round the output tile to bf16 and store it.
-    if (vec) {
-      for (int e = tid; e < C * (kTcTileV / 8); e += kTcThreads) {
-        const int i = e / (kTcTileV / 8), c = (e % (kTcTileV / 8)) * 8;
-        if (i >= cn || v0 + c >= V) continue;
-        alignas(16) bf16 packed[8];
-        for (int x = 0; x < 8; ++x) packed[x] = __float2bfloat16_rn(Af[i * Lay::af_ld + c + x]);
-        *reinterpret_cast<uint4*>(out + token_row(p, t0 + i) * p.out_s.row + v0 + c) = *reinterpret_cast<const uint4*>(packed);
-      }
-    } else {
-      for (int e = tid; e < C * kTcTileV; e += kTcThreads) {
-        const int i = e / kTcTileV, c = e % kTcTileV;
-        if (i < cn && v0 + c < V) out[token_row(p, t0 + i) * p.out_s.row + v0 + c] = __float2bfloat16_rn(Af[i * Lay::af_ld + c]);
+    // 5. State update of this warp's rows: S += Vᵀ K over the chunk.
+#pragma unroll
+    for (int jj = 0; jj < kRowBlocks; ++jj) {
+      if (jj * 16 >= cn) break;  // zero rows add nothing
+      unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
+      ldmatrix_x4_trans(a, Vs + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
+        unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
+        ldmatrix_x4_trans(bk, Ks + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        mma_bf16(S[n], a, bk[0], bk[1]);
+        mma_bf16(S[n + 1], a, bk[2], bk[3]);
       }
     }
-    // Next chunk: step 1 writes Qs, Ks, Vs, Shi, Slo (last read in step 4, before the barrier);
-    // Af is next written in step 2, after step 1's barrier.
+    __syncthreads();  // Q, K, V and S_hi/lo are rewritten by the next chunk
   }
   if (p.s_final)
-    for (int e = tid; e < kTcTileV * kTcKeyDim; e += kTcThreads) {
-      const int r = e / kTcKeyDim, c = e % kTcKeyDim;
-      if (v0 + r < V && c < K)
-        static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + (v0 + r) * p.sf_r + c * p.sf_c] = Sf[r * Lay::sf_ld + c];
-    }
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+        if (row < V && col < K)
+          static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + row * p.sf_r + col * p.sf_c] = S[n][x];
+      }
 }
 
 // ---------------------------------------------------------------------------------------
 // Host side: validation, pass construction, dispatch.
+
+PlantedBug planted_bug = PlantedBug::none;
 
 bool is_supported_chunk(int c) {
   for (int s : supported_chunk_sizes)
@@ -454,6 +549,7 @@ Pass make_pass(const void* q, Strides qs, const void* k, Strides ks, const void*
   p.q_s = qs, p.k_s = ks, p.v_s = vs, p.out_s = os;
   p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim, p.value_dim = value_dim;
   p.chunk_size = chunk, p.reversed = reversed;
+  p.bug = planted_bug;
   return p;
 }
 
@@ -491,7 +587,7 @@ void run_generic(const Pass& p, cudaStream_t stream) {
 template <int C>
 void launch_tensor_core(const Pass& p, bool vec, cudaStream_t stream) {
   const std::string name = "linear_attention pass_tensor_core<C=" + std::to_string(C) + ">";
-  constexpr std::size_t smem = TcLayout<C>::bytes;
+  constexpr std::size_t smem = TcLayout::bytes;
   check(cudaFuncSetAttribute(pass_tensor_core<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "cudaFuncSetAttribute for " + name);
   const dim3 grid((p.value_dim + kTcTileV - 1) / kTcTileV, p.batch * p.heads);
@@ -517,6 +613,8 @@ void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void plant_bug(PlantedBug bug) { planted_bug = bug; }
 
 bool uses_tensor_cores(DType dtype, int key_dim, int value_dim) {
   return dtype == DType::bf16 && key_dim <= kTcKeyDim && value_dim <= kTcKeyDim;
@@ -666,10 +764,17 @@ void run_decode(const DecodeParams& p, cudaStream_t stream) {
   const dim3 grid((p.value_dim + kDecodeWarps * kDecodeRows - 1) / (kDecodeWarps * kDecodeRows), p.batch * p.heads);
   const int columns_per_lane = (p.key_dim + 31) / 32;
   const std::string name = "linear_attention decode_kernel";
-  if (columns_per_lane <= 1) decode_kernel<T, A, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (columns_per_lane <= 2) decode_kernel<T, A, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (columns_per_lane <= 4) decode_kernel<T, A, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else decode_kernel<T, A, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  const auto aligned_rows = [](const void* s, const Strides& st) {
+    return s == nullptr || (reinterpret_cast<std::uintptr_t>(s) % 16 == 0 && st.batch % 4 == 0 && st.head % 4 == 0 && st.row % 4 == 0);
+  };
+  const bool four_per_lane = std::is_same_v<A, float> && p.key_dim == 128 &&
+                             aligned_rows(p.initial_state, p.initial_state_strides) &&
+                             aligned_rows(p.final_state, p.final_state_strides);
+  if (four_per_lane) decode_kernel<T, A, 4, true><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 1) decode_kernel<T, A, 1, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 2) decode_kernel<T, A, 2, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 4) decode_kernel<T, A, 4, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else decode_kernel<T, A, 8, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
   check_launch(name);
 }
 }  // namespace

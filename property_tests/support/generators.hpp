@@ -24,13 +24,16 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);
 // Caps on the generated sizes; rapidcheck's size parameter (0..100) scales up to them, and
 // the regimes that break kernels (L ∈ {1, 2, C−1, C, C+1}, C > L, odd dims) come up often.
 struct ShapeLimits {
-  Index max_length = 200, max_dim = 40, max_chunk = 64;
+  Index max_length = 200, max_dim = 40, max_chunk = 201;  // C is capped at max_length + 1 as well
 };
 rc::Gen<Shape> gen_shape(ShapeLimits limits = {});
 
-// Entries n/4 with |n| <= 8: exact in bf16, fp16, float, double and ℚ alike.
-rc::Gen<Exact> gen_entry();
-rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols);
+// How entries are drawn. coarse: n/4 with |n| <= 8, exact in bf16, fp16, float, double and ℚ
+// alike, and small enough that exact arithmetic stays cheap. fine: n/2^22 with |n| < 2^22,
+// exact in float and double but with full-width mantissas, so that float forms really round.
+enum class Entries { coarse, fine };
+rc::Gen<Exact> gen_entry(Entries entries = Entries::coarse);
+rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols, Entries entries = Entries::coarse);
 
 }  // namespace deltaproof::testing
 
