@@ -36,4 +36,9 @@ int gradcheck_linear_attention(const CaseOptions& options);
 int verify_linear_attention_cuda(const CaseOptions& options);
 int gradcheck_linear_attention_cuda(const CaseOptions& options);
 
+// DeltaNet / Gated DeltaNet on the CUDA kernels, stage by stage (tools/delta_rule_cuda_commands.cpp;
+// CUDA builds only).
+int verify_delta_rule_cuda(const CaseOptions& options);
+int verify_gated_delta_rule_cuda(const CaseOptions& options);
+
 }  // namespace deltaproof::tools

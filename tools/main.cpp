@@ -33,6 +33,8 @@ const std::map<std::string, OpCommands>& cuda_ops() {
   static const std::map<std::string, OpCommands> ops = {
 #ifdef DELTAPROOF_WITH_CUDA
       {"linear", {deltaproof::tools::verify_linear_attention_cuda, deltaproof::tools::gradcheck_linear_attention_cuda}},
+      {"delta", {deltaproof::tools::verify_delta_rule_cuda, nullptr}},
+      {"gated-delta", {deltaproof::tools::verify_gated_delta_rule_cuda, nullptr}},
 #endif
   };
   return ops;
@@ -41,6 +43,8 @@ const std::map<std::string, OpCommands>& cuda_ops() {
 std::vector<std::string> op_names() {
   std::vector<std::string> names;
   for (const auto& [name, commands] : reference_ops()) names.push_back(name);
+  for (const auto& [name, commands] : cuda_ops())  // ops that only --impl cuda has in this build
+    if (!reference_ops().count(name)) names.push_back(name);
   return names;
 }
 
