@@ -191,7 +191,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   };
 
   // S_[0] is S_0 exactly (a lost S_0 shows here first).
-  rep.add(ref::compare<S>(tag("S_[0]", 0), boundary.topRows(DV), s0, exact_bound(DV, DK)));
+  rep.add(ref::compare<S>(tag("S_0", 0), boundary.topRows(DV), s0, exact_bound(DV, DK)));
 
   for (const ref::Chunk& ch : ref::chunks_of(c.length, C)) {
     const Index n = ch.size, cc = ch.index;
@@ -277,7 +277,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
         scalar_times(rho(C + 3, 1, un.op, eps_d), Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
         scalar_times(un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
-    rep.add(ref::compare<S>(tag(cc + 1 < N ? "S_[c+1]" : "final_state", cc), s_next_hat, s_next_ref, s_next_bound));
+    rep.add(ref::compare<S>(tag(cc + 1 < N ? "S_next" : "final_state", cc), s_next_hat, s_next_ref, s_next_bound));
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
     // stored in the dtype.
