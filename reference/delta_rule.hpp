@@ -16,6 +16,7 @@
 
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
+#include "reference/gradcheck.hpp"
 #include "reference/scalar.hpp"
 
 #include <optional>
@@ -537,6 +538,58 @@ Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<
   }
   g.d_initial_state = grad;
   return g;
+}
+
+// ---------------------------------------------------------------------------------------
+// Conversions, the pairing that the backward paths differentiate, named parameter lists.
+
+template <class To, class From>
+Vector<To> vector_cast(const Vector<From>& v) {
+  return matrix_cast<To>(Matrix<From>(v)).col(0);
+}
+
+template <class To, class From>
+Inputs<To> cast(const Inputs<From>& in) {
+  Inputs<To> out{matrix_cast<To>(in.q), matrix_cast<To>(in.k), matrix_cast<To>(in.v), vector_cast<To>(in.beta), std::nullopt};
+  if (in.initial_state) out.initial_state = matrix_cast<To>(*in.initial_state);
+  return out;
+}
+
+template <class To, class From>
+Cotangents<To> cast(const Cotangents<From>& cot) {
+  Cotangents<To> out{matrix_cast<To>(cot.d_output), std::nullopt};
+  if (cot.d_final_state) out.d_final_state = matrix_cast<To>(*cot.d_final_state);
+  return out;
+}
+
+// L = <dO, O> + <dS_L, S_L>: the scalar whose gradient every backward path returns.
+template <class Scalar>
+Scalar pairing(const Forward<Scalar>& out, const Cotangents<Scalar>& cot) {
+  Scalar value = frobenius_inner(cot.d_output, out.output);
+  if (cot.d_final_state) value += frobenius_inner(*cot.d_final_state, out.final_state);
+  return value;
+}
+
+// The differentiable inputs as a named list (q, k, v, β as an (L, 1) matrix, S_0 when given), and back.
+template <class Scalar>
+Params<Scalar> params_of(const Inputs<Scalar>& in) {
+  Params<Scalar> p{{"q", in.q}, {"k", in.k}, {"v", in.v}, {"beta", in.beta}};
+  if (in.initial_state) p.push_back({"S_0", *in.initial_state});
+  return p;
+}
+
+template <class Scalar>
+Inputs<Scalar> inputs_of(const Params<Scalar>& p) {
+  Inputs<Scalar> in{p.at(0).value, p.at(1).value, p.at(2).value, p.at(3).value.col(0), std::nullopt};
+  if (p.size() > 4) in.initial_state = p[4].value;
+  return in;
+}
+
+template <class Scalar>
+Params<Scalar> params_of(const Gradients<Scalar>& g, bool with_initial_state) {
+  Params<Scalar> p{{"q", g.dq}, {"k", g.dk}, {"v", g.dv}, {"beta", g.d_beta}};
+  if (with_initial_state) p.push_back({"S_0", g.d_initial_state});
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -265,12 +265,12 @@ WY<Scalar> wy_factors(const Matrix<Scalar>& t, const KRows& k, const VRows& v, c
 
 template <class Scalar>
 struct ChunkIntermediates {
-  Matrix<Scalar> decay;  // Γ, (C+1, C+1); γ = chunk_gamma(decay), D = token_decay(decay), λ = decay_to_end(decay)
   Matrix<Scalar> a;      // A = I + strictly_lower(diag(β)(K Kᵀ ⊙ D)), (C, C)
   Matrix<Scalar> t;      // T = A⁻¹, (C, C)
   Matrix<Scalar> w;      // W = T diag(β ⊙ γ) K, (C, DK)
   Matrix<Scalar> u;      // U = T diag(β) V, (C, DV)
   Matrix<Scalar> v_new;  // V̄ = U − W S_[c]ᵀ, (C, DV)
+  Matrix<Scalar> decay;  // Γ, (C+1, C+1); γ = chunk_gamma(decay), D = token_decay(decay), λ = decay_to_end(decay)
 };
 
 template <class Scalar>
@@ -592,6 +592,43 @@ delta_rule::ChunkwiseForward<Scalar> additive_chunkwise(const ScalarGateInputs<S
   }
   out.final_state = state;
   return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Conversions and named parameter lists (pairing and Cotangents' cast are delta_rule's).
+
+using delta_rule::cast;
+using delta_rule::pairing;
+using delta_rule::vector_cast;
+
+template <class To, class From>
+Inputs<To> cast(const Inputs<From>& in) {
+  Inputs<To> out{matrix_cast<To>(in.q),         matrix_cast<To>(in.k),          matrix_cast<To>(in.v),
+                 vector_cast<To>(in.beta), vector_cast<To>(in.alpha), std::nullopt};
+  if (in.initial_state) out.initial_state = matrix_cast<To>(*in.initial_state);
+  return out;
+}
+
+// (q, k, v, β, α, S_0 when given), β and α as (L, 1) matrices.
+template <class Scalar>
+Params<Scalar> params_of(const Inputs<Scalar>& in) {
+  Params<Scalar> p{{"q", in.q}, {"k", in.k}, {"v", in.v}, {"beta", in.beta}, {"alpha", in.alpha}};
+  if (in.initial_state) p.push_back({"S_0", *in.initial_state});
+  return p;
+}
+
+template <class Scalar>
+Inputs<Scalar> inputs_of(const Params<Scalar>& p) {
+  Inputs<Scalar> in{p.at(0).value, p.at(1).value, p.at(2).value, p.at(3).value.col(0), p.at(4).value.col(0), std::nullopt};
+  if (p.size() > 5) in.initial_state = p[5].value;
+  return in;
+}
+
+template <class Scalar>
+Params<Scalar> params_of(const Gradients<Scalar>& g, bool with_initial_state) {
+  Params<Scalar> p{{"q", g.dq}, {"k", g.dk}, {"v", g.dv}, {"beta", g.d_beta}, {"alpha", g.d_alpha}};
+  if (with_initial_state) p.push_back({"S_0", g.d_initial_state});
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,6 +25,10 @@ struct CaseOptions {
   std::string step = "1e-20";       // --step, the central-difference step in High (gradcheck)
   int digits = 25;                  // --digits: pass when the relative error is below 10^-digits
   bool json = false;                // --json (gradcheck)
+  // DeltaNet and Gated DeltaNet (--op delta, gated-delta)
+  std::string beta = "random";      // --beta: "random" (p/8 per token) or a decimal in [0, 1]
+  std::string alpha = "random";     // --alpha: "random" (p/8 per token) or a decimal in (0, 1]
+  std::string keys = "small";       // --keys small (‖k‖ < 1) | unnormalized (entries up to 4)
 };
 
 // Linear attention (tools/linear_attention_commands.cpp).
@@ -40,5 +44,11 @@ int gradcheck_linear_attention_cuda(const CaseOptions& options);
 // CUDA builds only).
 int verify_delta_rule_cuda(const CaseOptions& options);
 int verify_gated_delta_rule_cuda(const CaseOptions& options);
+
+// DeltaNet and Gated DeltaNet (tools/delta_rule_commands.cpp).
+int verify_delta_rule(const CaseOptions& options);
+int gradcheck_delta_rule(const CaseOptions& options);
+int verify_gated_delta_rule(const CaseOptions& options);
+int gradcheck_gated_delta_rule(const CaseOptions& options);
 
 }  // namespace deltaproof::tools

@@ -1,8 +1,9 @@
 // deltaproof: verify forms against each other, check gradients, over exact rationals and more.
 //
-//   deltaproof verify    [--op linear] [--L --C --dk --dv --seed] [--scalar exact|high|double|float]
-//   deltaproof gradcheck [--op linear] [--form chunk|recurrent|parallel] [--L --C --dk --dv --seed]
+//   deltaproof verify    [--op linear|delta|gated-delta] [--L --C --dk --dv --seed] [--scalar exact|high|double|float]
+//   deltaproof gradcheck [--op linear|delta|gated-delta] [--form chunk|recurrent|parallel] [--L --C --dk --dv --seed]
 //                        [--step 1e-20] [--digits 25] [--json]
+//   delta ops also take [--beta random|x in [0,1]] [--alpha random|x in (0,1]] [--keys small|unnormalized]
 //
 // Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
 #include "tools/commands.hpp"
@@ -26,6 +27,8 @@ struct OpCommands {
 const std::map<std::string, OpCommands>& reference_ops() {
   static const std::map<std::string, OpCommands> ops = {
       {"linear", {deltaproof::tools::verify_linear_attention, deltaproof::tools::gradcheck_linear_attention}},
+      {"delta", {deltaproof::tools::verify_delta_rule, deltaproof::tools::gradcheck_delta_rule}},
+      {"gated-delta", {deltaproof::tools::verify_gated_delta_rule, deltaproof::tools::gradcheck_gated_delta_rule}},
   };
   return ops;
 }
@@ -43,8 +46,6 @@ const std::map<std::string, OpCommands>& cuda_ops() {
 std::vector<std::string> op_names() {
   std::vector<std::string> names;
   for (const auto& [name, commands] : reference_ops()) names.push_back(name);
-  for (const auto& [name, commands] : cuda_ops())  // ops that only --impl cuda has in this build
-    if (!reference_ops().count(name)) names.push_back(name);
   return names;
 }
 
@@ -60,6 +61,30 @@ void add_case_options(CLI::App& sub, CaseOptions& o) {
   sub.add_option("--dk", o.key_dim, "key head dim")->check(CLI::Range(1L, max_head_dim))->capture_default_str();
   sub.add_option("--dv", o.value_dim, "value head dim")->check(CLI::Range(1L, max_head_dim))->capture_default_str();
   sub.add_option("--seed", o.seed, "seed of the random case")->capture_default_str();
+}
+
+// Gate flags of --op delta / gated-delta: "random" or one decimal for every token.
+CLI::Validator gate_value(const std::string& range, double low, bool low_open, double high) {
+  return CLI::Validator(
+      [=](const std::string& s) -> std::string {
+        if (s == "random") return "";
+        try {
+          size_t used = 0;
+          const double x = std::stod(s, &used);
+          if (used == s.size() && (low_open ? x > low : x >= low) && x <= high) return "";
+        } catch (...) {}
+        return "Value " + s + " is not \"random\" or a decimal in " + range;
+      },
+      "random|" + range);
+}
+
+void add_delta_options(CLI::App& sub, CaseOptions& o) {
+  sub.add_option("--beta", o.beta, "delta ops: beta for every token, or random p/8")
+      ->check(gate_value("[0, 1]", 0, false, 1))->capture_default_str();
+  sub.add_option("--alpha", o.alpha, "gated-delta: gate alpha for every token, or random p/8")
+      ->check(gate_value("(0, 1]", 0, true, 1))->capture_default_str();
+  sub.add_option("--keys", o.keys, "delta ops: small (|k| < 1) or unnormalized keys")
+      ->check(CLI::IsMember({"small", "unnormalized"}))->capture_default_str();
 }
 
 int dispatch(const std::string& subcommand, const CaseOptions& o) {
@@ -87,11 +112,13 @@ int main(int argc, char** argv) {
 
   CLI::App* verify = app.add_subcommand("verify", "evaluate every form on one case and compare them pairwise");
   add_case_options(*verify, verify_options);
+  add_delta_options(*verify, verify_options);
   verify->add_option("--scalar", verify_options.scalar, "scalar type of the forms")
       ->check(CLI::IsMember({"exact", "high", "double", "float"}))->capture_default_str();
 
   CLI::App* gradcheck = app.add_subcommand("gradcheck", "analytic gradients vs central differences in High");
   add_case_options(*gradcheck, gradcheck_options);
+  add_delta_options(*gradcheck, gradcheck_options);
   gradcheck->add_option("--form", gradcheck_options.form, "form whose backward is checked")
       ->check(CLI::IsMember({"chunk", "recurrent", "parallel"}))->capture_default_str();
   gradcheck->add_option("--step", gradcheck_options.step, "central-difference step h (a decimal, 1e-60 <= h <= 1e-3)")

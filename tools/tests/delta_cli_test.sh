@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Command-line contract of `deltaproof --op delta|gated-delta`: every form agrees, gradients pass,
+# bad gate values exit 2 with one line naming the flag.
+set -u
+bin="$1"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+out=/tmp/deltaproof_delta_cli_out.$$
+err=/tmp/deltaproof_delta_cli_err.$$
+
+expect_exit() {
+  local code="$1"; shift
+  "$bin" "$@" >"$out" 2>"$err"
+  local got=$?
+  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code"
+}
+
+expect_bad_input() {
+  local flag="$1"; shift
+  expect_exit 2 "$@"
+  [ ! -s "$out" ] || fail "deltaproof $* printed to stdout"
+  [ "$(wc -l <"$err")" -eq 1 ] || fail "deltaproof $* printed $(wc -l <"$err") lines on stderr"
+  grep -q -- "$flag" "$err" || fail "deltaproof $*: error does not name $flag: $(cat "$err")"
+}
+
+for op in delta gated-delta; do
+  expect_exit 0 verify --op "$op" --L 21 --C 8 --dk 5 --dv 3
+  grep -q "all forms agree" "$out" || fail "verify --op $op does not report agreement"
+  grep -q "max|T|" "$out" || fail "verify --op $op has no conditioning section"
+  grep -q "T: blocked (16) == forward substitution *exact" "$out" || fail "verify --op $op: no exact WY stage rows"
+  expect_exit 0 verify --op "$op" --scalar double --L 19 --C 4 --dk 4 --dv 3 --beta 1
+  expect_exit 0 verify --op "$op" --scalar float --L 12 --C 16 --dk 3 --dv 2 --keys unnormalized
+  for form in chunk recurrent parallel; do
+    expect_exit 0 gradcheck --op "$op" --form "$form" --L 7 --C 3 --dk 3 --dv 2 --json
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and d["exact_chunkwise_equals_recurrent"] and d["exact_dual_directional_derivative"]' \
+      "$out" || fail "gradcheck --op $op --form $form --json is not the expected JSON"
+  done
+done
+expect_exit 0 verify --op gated-delta --L 9 --C 4 --dk 2 --dv 2 --alpha 1 --beta 0.001
+
+expect_bad_input --beta verify --op delta --beta 1.5
+expect_bad_input --beta gradcheck --op gated-delta --beta -0.25
+expect_bad_input --beta verify --op delta --beta lots
+expect_bad_input --alpha verify --op gated-delta --alpha 0
+expect_bad_input --alpha verify --op gated-delta --alpha -1
+expect_bad_input --keys verify --op delta --keys huge
+
+rm -f "$out" "$err"
+[ "$failures" -eq 0 ] && echo "delta cli: all checks passed" || echo "delta cli: $failures checks failed"
+exit $((failures > 0))
