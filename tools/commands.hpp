@@ -39,6 +39,12 @@ int gradcheck_linear_attention(const CaseOptions& options);
 // Without a device: one line on stderr, exit 2.
 int verify_linear_attention_cuda(const CaseOptions& options);
 int gradcheck_linear_attention_cuda(const CaseOptions& options);
+
+// DeltaNet / Gated DeltaNet on the CUDA kernels, stage by stage (tools/delta_rule_cuda_commands.cpp;
+// CUDA builds only).
+int verify_delta_rule_cuda(const CaseOptions& options);
+int verify_gated_delta_rule_cuda(const CaseOptions& options);
+
 // DeltaNet and Gated DeltaNet (tools/delta_rule_commands.cpp).
 int verify_delta_rule(const CaseOptions& options);
 int gradcheck_delta_rule(const CaseOptions& options);

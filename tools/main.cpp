@@ -36,6 +36,8 @@ const std::map<std::string, OpCommands>& cuda_ops() {
   static const std::map<std::string, OpCommands> ops = {
 #ifdef DELTAPROOF_WITH_CUDA
       {"linear", {deltaproof::tools::verify_linear_attention_cuda, deltaproof::tools::gradcheck_linear_attention_cuda}},
+      {"delta", {deltaproof::tools::verify_delta_rule_cuda, nullptr}},
+      {"gated-delta", {deltaproof::tools::verify_gated_delta_rule_cuda, nullptr}},
 #endif
   };
   return ops;

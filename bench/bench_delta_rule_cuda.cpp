@@ -1,0 +1,205 @@
+// DeltaNet and Gated DeltaNet kernels on the GPU (DESIGN.md performance targets): chunkwise
+// forward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, each stage timed on its own
+// too (WY preparation, state scan + output), and decode of one token at B=64, H=16, D=128 with an
+// fp32 state. Timing: CUDA events around each launch (UseManualTime), 60 repetitions of one
+// launch each, median reported; two input sets alternate so that a launch never finds its inputs
+// in L2 (each set is far larger than the 50 MB L2). Data random and never zero: keys normalized
+// in expectation (entries ~ ±0.088 ≈ 1/√128), β in (0.25, 1), g in (−0.1, −0.025).
+#include "cuda/check.hpp"
+#include "cuda/delta_rule.h"
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kc = deltaproof::cuda;
+using kc::check;
+using kc::DType;
+
+namespace {
+
+constexpr int kBatch = 8, kHeads = 16, kLength = 4096, kDim = 128;
+constexpr int kDecodeBatch = 64;
+constexpr int kSets = 2;
+
+std::uint16_t to_bf16(float x) {  // round to nearest even
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Random, never-zero values of magnitude in [lo, hi]·scale with random sign (or positive).
+std::vector<float> random_values(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
+  std::uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<float> out(count);
+  for (auto& x : out) {  // xorshift: cheap enough for 10⁸ entries
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    const float magnitude = lo + (hi - lo) * float(r >> 40) / float(1 << 24);
+    x = (signed_values && (r & 1)) ? -magnitude : magnitude;
+  }
+  return out;
+}
+
+void* device_bf16(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
+  const std::vector<float> values = random_values(count, lo, hi, signed_values, seed);
+  std::vector<std::uint16_t> host(count);
+  for (std::size_t i = 0; i < count; ++i) host[i] = to_bf16(values[i]);
+  void* d = nullptr;
+  check(cudaMalloc(&d, count * 2), "cudaMalloc");
+  check(cudaMemcpy(d, host.data(), count * 2, cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+void* device_f32(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
+  const std::vector<float> host = random_values(count, lo, hi, signed_values, seed);
+  void* d = nullptr;
+  check(cudaMalloc(&d, count * 4), "cudaMalloc");
+  check(cudaMemcpy(d, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+
+// Workspace written by the kernels before it is read.
+void* device_workspace(std::size_t bytes) {
+  void* d = nullptr;
+  check(cudaMalloc(&d, bytes), "cudaMalloc");
+  check(cudaMemset(d, 0, bytes), "cudaMemset");
+  return d;
+}
+
+struct ForwardSet {
+  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state, *state_operands, *v_new_operands;
+};
+const std::vector<ForwardSet>& forward_sets() {
+  static const std::vector<ForwardSet> sets = [] {
+    std::vector<ForwardSet> s;
+    const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
+    const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
+    for (int i = 0; i < kSets; ++i)
+      s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
+                   device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
+                   device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
+                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4), device_workspace(states * (kLength / 16) * 2),
+                   device_workspace(n * 2)});
+    return s;
+  }();
+  return sets;
+}
+
+kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeline = 0) {
+  const ForwardSet& s = forward_sets()[size_t(set)];
+  kc::DeltaRuleForwardParams p;
+  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
+  p.chunk_size = C, p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
+  p.log_gate = gated ? static_cast<const float*>(s.gate) : nullptr;
+  p.output = s.o, p.w = s.w, p.u = s.u, p.final_state = static_cast<float*>(s.final_state);
+  p.state_operands = s.state_operands, p.v_new_operands = s.v_new_operands;  // sized for C = 16, the most chunks
+  p.pipeline = pipeline;
+  return p;
+}
+
+// Times one launch with CUDA events.
+template <class Launch>
+void time_launches(benchmark::State& state, Launch&& launch) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  launch(0);  // warm-up (also sets the kernels' shared-memory limits)
+  check(cudaDeviceSynchronize(), "warm-up");
+  int i = 0;
+  for (auto _ : state) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    launch(++i % kSets);
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    state.SetIterationTime(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// Algorithmic FLOPs per token: K Kᵀ (2CD), W and U (4CD), W Sᵀ, Q Sᵀ and the update (6D²),
+// Q Kᵀ and P V̄ (4CD).
+double forward_flops(int C) { return double(kBatch) * kHeads * kLength * (10.0 * C * kDim + 6.0 * kDim * kDim); }
+constexpr double kTensorBytes = double(kBatch) * kHeads * kLength * kDim * 2;
+
+enum class Stage { forward, prepare, scan, output };
+
+void forward_benchmark(benchmark::State& state, Stage stage) {
+  const int C = static_cast<int>(state.range(0));
+  const bool gated = state.range(1) != 0;
+  const int pipeline = static_cast<int>(state.range(2));
+  time_launches(state, [&](int i) {
+    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated, pipeline);
+    if (stage == Stage::forward) kc::delta_rule_forward(p);
+    else if (stage == Stage::prepare) kc::delta_rule_wy_prepare(p);
+    else if (stage == Stage::scan) kc::delta_rule_chunk_scan(p);
+    else kc::delta_rule_chunk_output(p);
+  });
+  // Compulsory traffic of the whole forward: read q, k, v, write o.
+  state.counters["bytes"] = benchmark::Counter(4 * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOPs"] = benchmark::Counter(forward_flops(C), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_DeltaRuleForward(benchmark::State& state) { forward_benchmark(state, Stage::forward); }
+void BM_DeltaRuleWyPrepare(benchmark::State& state) { forward_benchmark(state, Stage::prepare); }
+void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, Stage::scan); }
+void BM_DeltaRuleChunkOutput(benchmark::State& state) { forward_benchmark(state, Stage::output); }
+
+// The scan stage at C = 64 for each value slice and scan version (tuning knobs of
+// cuda::DeltaRuleForwardParams: v1 direct loads, v2 register prefetch of the next chunk).
+void BM_DeltaRuleScanSlice(benchmark::State& state) {
+  const int slice = static_cast<int>(state.range(0)), pipeline = static_cast<int>(state.range(1));
+  time_launches(state, [&](int i) {
+    kc::DeltaRuleForwardParams p = forward_params(i, 64, false, pipeline);
+    p.value_slice = slice;
+    kc::delta_rule_chunk_scan(p);
+  });
+}
+
+void BM_DeltaRuleDecode(benchmark::State& state) {
+  const int B = static_cast<int>(state.range(0)), T = 1;
+  const bool gated = state.range(1) != 0;
+  const std::size_t tokens = std::size_t{B} * kHeads * T, states = std::size_t{B} * kHeads * kDim * kDim;
+  struct Set {
+    void *q, *k, *v, *beta, *gate, *o, *s;
+  };
+  static std::vector<Set> sets;  // kept across benchmarks
+  if (sets.empty())
+    for (int i = 0; i < kSets; ++i)
+      sets.push_back({device_bf16(tokens * kDim, 0.02f, 0.15f, true, 100 + i), device_bf16(tokens * kDim, 0.02f, 0.15f, true, 200 + i),
+                      device_bf16(tokens * kDim, 0.25f, 1.f, true, 300 + i), device_bf16(tokens, 0.25f, 1.f, false, 400 + i),
+                      device_f32(tokens, -0.1f, -0.025f, false, 500 + i), device_bf16(tokens * kDim, 1, 1, true, 600 + i),
+                      device_f32(states, 0.1f, 1.f, true, 700 + i)});
+  time_launches(state, [&](int i) {
+    kc::DeltaRuleDecodeParams p;
+    p.dtype = DType::bf16, p.batch = B, p.heads = kHeads, p.tokens = T, p.key_dim = kDim, p.value_dim = kDim;
+    p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.beta = sets[i].beta, p.output = sets[i].o;
+    p.log_gate = gated ? static_cast<const float*>(sets[i].gate) : nullptr;
+    p.initial_state = static_cast<const float*>(sets[i].s), p.final_state = static_cast<float*>(sets[i].s);  // in place
+    kc::delta_rule_decode(p);
+  });
+  const double bytes = 2.0 * states * 4 + 4.0 * tokens * kDim * 2;  // state in and out, q, k, v, o
+  state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOPs"] = benchmark::Counter(6.0 * states * T, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+#define DELTA_FORWARD_ARGS(...)                                                                          \
+  ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, {__VA_ARGS__}})->UseManualTime()       \
+      ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
+BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(1, 2, 3);
+BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS(0);
+BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3);
+BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
+BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2, 3}})->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,560 @@
+// DeltaNet and Gated DeltaNet kernels (cuda/delta_rule.h) against the oracle, stage by stage.
+// The cases, runs and stage checks (with the derivation of their bounds) live in
+// property_tests/support/delta_rule_gpu_checks.hpp; this file holds the properties and regimes.
+#include "cuda/delta_rule.h"
+#include "property_tests/support/delta_rule_gpu_checks.hpp"
+#include "property_tests/support/device_tensors.hpp"
+#include "property_tests/support/gpu.hpp"
+#include "reference/delta_rule.hpp"
+#include "reference/error_report.hpp"
+#include "reference/gated_delta_rule.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace deltaproof;
+using cuda::DType;
+using ref::Exact;
+using ref::High;
+using ref::Index;
+using ref::Matrix;
+using ref::Tensor4;
+using ref::Vector;
+namespace dt = deltaproof::testing;
+using namespace dt;
+namespace dr = ref::delta_rule;
+namespace gdr = ref::gated_delta_rule;
+
+// ---------------------------------------------------------------------------------------
+// Cases: a shape, then entries drawn from a seed (printed with every failure).
+
+
+
+
+
+
+
+rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
+  return rc::gen::exec([=] {
+    DeltaCase c;
+    c.gated = gated;
+    c.chunk = *rc::gen::element<Index>(16, 32, 64);
+    c.length = *rc::gen::oneOf(rc::gen::element<Index>(1, 2, c.chunk - 1, c.chunk, c.chunk + 1),
+                               rc::gen::inRange<Index>(1, max_length + 1));
+    c.key_dim = *rc::gen::oneOf(rc::gen::element<Index>(1, 15, 16, 60), rc::gen::inRange<Index>(1, max_dim + 1));
+    c.value_dim = *rc::gen::oneOf(rc::gen::element<Index>(1, 15, 16, 60), rc::gen::inRange<Index>(1, max_dim + 1));
+    c.batch = *rc::gen::inRange<Index>(1, 3);
+    c.heads = *rc::gen::inRange<Index>(1, 3);
+    c.dtype = *rc::gen::element(DType::bf16, DType::f16, DType::f32);
+    c.with_initial_state = *rc::gen::arbitrary<bool>();
+    c.seed = *rc::gen::arbitrary<std::uint64_t>();
+    return c;
+  });
+}
+
+// Runs a property over a bounded number of generated cases (GPU tests share a 90 s budget);
+// the seed still comes from RC_PARAMS.
+template <class Testable>
+bool check_cases(const std::string& name, int cases, Testable&& testable) {
+  rc::detail::TestParams params = rc::detail::configuration().testParams;
+  params.maxSuccess = cases;
+  rc::detail::TestMetadata metadata;
+  metadata.id = metadata.description = name;
+  const auto result = rc::detail::checkTestable(std::forward<Testable>(testable), metadata, params);
+  rc::detail::printResultMessage(result, std::cerr);
+  std::cerr << std::endl;
+  return result.template is<rc::detail::SuccessResult>();
+}
+
+// ---------------------------------------------------------------------------------------
+// Running the kernels.
+
+
+
+
+
+
+
+
+
+// ---------------------------------------------------------------------------------------
+// Bounds.
+
+
+
+
+
+
+
+
+
+
+
+// ---------------------------------------------------------------------------------------
+// float64 oracle for end-to-end comparisons.
+
+
+
+
+
+
+
+// ---------------------------------------------------------------------------------------
+// Stage properties.
+
+TEST(DeltaRuleGpu, StagesMatchOracleDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("DeltaNet stages vs the oracle", 12, [](void) {
+    const DeltaCase c = *gen_case(false, 100, 32);
+    const HostInputs in = make_inputs(c);
+    const Report rep = check_stages(c, in, run_forward(c, in));
+    RC_TAG(cuda::name_of(c.dtype));
+    if (!rep.ok()) RC_FAIL(rep.message());
+  }));
+}
+
+TEST(DeltaRuleGpu, StagesMatchOracleGatedDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("Gated DeltaNet stages vs the oracle with alpha = exp(g)", 10, [](void) {
+    const DeltaCase c = *gen_case(true, 80, 32);
+    const HostInputs in = make_inputs(c);
+    const Report rep = check_stages(c, in, run_forward(c, in));
+    if (!rep.ok()) RC_FAIL(rep.message());
+  }));
+}
+
+// Prints the worst err/bound per stage for one mid-sized case of each dtype (calibration).
+TEST(DeltaRuleGpu, StageBoundCalibration) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f16, DType::f32})
+    for (bool gated : {false, true}) {
+      DeltaCase c;
+      c.gated = gated, c.dtype = d, c.length = 100, c.key_dim = 48, c.value_dim = 32, c.chunk = 64;
+      c.with_initial_state = true, c.seed = 7;
+      const HostInputs in = make_inputs(c);
+      const Report rep = check_stages(c, in, run_forward(c, in));
+      std::cout << describe(c) << "\n  max err/bound: " << rep.calibration() << "\n";
+      EXPECT_TRUE(rep.ok()) << rep.message();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Named regimes.
+
+Report stages_for(DeltaCase c) {
+  const HostInputs in = make_inputs(c);
+  return check_stages(c, in, run_forward(c, in));
+}
+
+TEST(DeltaRuleGpu, RegimeChunk64ShortSequences) {  // C = 64 on Hopper with L <= 8 and L < C
+  DELTAPROOF_REQUIRE_GPU();
+  for (Index L : {1, 2, 3, 5, 8, 33, 63})
+    for (bool gated : {false, true}) {
+      DeltaCase c;
+      c.gated = gated, c.length = L, c.chunk = 64, c.key_dim = 32, c.value_dim = 24, c.with_initial_state = true;
+      c.seed = 100 + L;
+      const Report rep = stages_for(c);
+      EXPECT_TRUE(rep.ok()) << rep.message();
+    }
+}
+
+TEST(DeltaRuleGpu, RegimePartialLastChunk) {  // L % C != 0 for every C
+  DELTAPROOF_REQUIRE_GPU();
+  for (Index C : {16, 32, 64})
+    for (Index L : {C + 1, 2 * C - 1, 3 * C + 7}) {
+      DeltaCase c;
+      c.length = L, c.chunk = C, c.key_dim = 20, c.value_dim = 36, c.with_initial_state = L % 2 == 1;
+      c.seed = 200 + L;
+      const Report rep = stages_for(c);
+      EXPECT_TRUE(rep.ok()) << rep.message();
+    }
+}
+
+TEST(DeltaRuleGpu, RegimeHeadDims256AndOdd) {  // shared-memory limits at DK = DV = 256; odd dims
+  DELTAPROOF_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f32})
+    for (auto [dk, dv] : {std::pair<Index, Index>{256, 256}, {100, 1}, {1, 100}}) {
+      DeltaCase c;
+      c.dtype = d, c.length = 70, c.chunk = 64, c.key_dim = dk, c.value_dim = dv, c.seed = 300 + dk;
+      const Report rep = stages_for(c);
+      EXPECT_TRUE(rep.ok()) << rep.message();
+    }
+}
+
+// g = 0: the gated kernels compute with exp(0) = 1 everywhere, so every written byte equals DeltaNet's.
+TEST(DeltaRuleGpu, RegimeZeroGatesEqualDeltaNetBitwise) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f16, DType::f32}) {
+    DeltaCase c;
+    c.dtype = d, c.length = 77, c.chunk = 32, c.key_dim = 40, c.value_dim = 24, c.with_initial_state = true;
+    c.zero_gates = true, c.seed = 400;
+    const HostInputs in = make_inputs(c);
+    const DeviceInputs dev = upload_inputs(c, in);
+    ForwardBuffers plain = allocate_forward(c, true), gated = allocate_forward(c, true);
+    cuda::delta_rule_forward(forward_params(c, dev, plain));
+    c.gated = true;
+    cuda::delta_rule_forward(forward_params(c, dev, gated));
+    auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
+    EXPECT_TRUE(same(plain.output, gated.output)) << describe(c);
+    EXPECT_TRUE(same(plain.final_state, gated.final_state)) << describe(c);
+    EXPECT_TRUE(same(plain.w, gated.w) && same(plain.u, gated.u)) << describe(c);
+    EXPECT_TRUE(same(plain.a, gated.a) && same(plain.t, gated.t) && same(plain.v_new, gated.v_new)) << describe(c);
+  }
+}
+
+// Decays underflow to 0 (g down to −128 per token): no 0·∞, nothing non-finite, stages in bound.
+TEST(DeltaRuleGpu, RegimeVeryNegativeGates) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (double step : {1.0, 8.0}) {
+    DeltaCase c;
+    c.gated = true, c.gate_step = step, c.length = 90, c.chunk = 64, c.key_dim = 16, c.value_dim = 16;
+    c.with_initial_state = true, c.seed = 500;
+    const Report rep = stages_for(c);  // download() rejects any non-finite entry
+    EXPECT_TRUE(rep.ok()) << rep.message();
+  }
+}
+
+// Unnormalized keys make I + A ill-conditioned: the stage bounds (which scale with
+// (I − |N̂|)⁻¹) must still hold; the end-to-end error against float64 grows and is reported.
+TEST(DeltaRuleGpu, RegimeUnnormalizedKeysErrorGrowth) {
+  DELTAPROOF_REQUIRE_GPU();
+  std::cout << "unnormalized keys (bf16, L=64, DK=DV=16, C=16): key entries n/2^(3+shift), |n|<=8\n";
+  for (int shift : {2, 1, 0}) {
+    DeltaCase c;
+    c.length = 64, c.chunk = 16, c.key_dim = 16, c.value_dim = 16, c.key_shift = shift, c.seed = 600;
+    const HostInputs in = make_inputs(c);
+    const ForwardResult r = run_forward(c, in);
+    const Report rep = check_stages(c, in, r);
+    EXPECT_TRUE(rep.ok()) << rep.message();
+    const DoubleForward oracle = double_oracle(c, in);
+    double t_max = 0;
+    for (const Exact& x : r.t.data) t_max = std::max(t_max, std::abs(ref::to_double(x)));
+    std::cout << "  key_shift " << shift << " (max ||k||^2 = " << 16.0 * 64 / std::ldexp(1.0, 2 * (3 + shift))
+              << "): max |T| " << t_max << ", output rel L2 vs float64 " << relative_l2_all(heads_of(r.output), oracle.output)
+              << ", max err/bound per stage: " << rep.calibration() << "\n";
+  }
+}
+
+// fp16 inputs over a long sequence: state growth and error vs float64 reported and bounded.
+TEST(DeltaRuleGpu, RegimeFp16LongSequence) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.gated = gated, c.dtype = DType::f16, c.length = 4096, c.chunk = 64, c.key_dim = 64, c.value_dim = 64;
+    c.heads = 2, c.with_initial_state = true, c.seed = 700;
+    const HostInputs in = make_inputs(c);
+    const ForwardResult r = run_forward(c, in, false);
+    const DoubleForward oracle = double_oracle(c, in);
+    const double err = relative_l2_all(heads_of(r.output), oracle.output);
+    double state_max = 0;
+    for (const auto& s : oracle.final_state) state_max = std::max(state_max, s.cwiseAbs().maxCoeff());
+    std::cout << describe(c) << ": output rel L2 vs float64 " << err << ", final state rel L2 "
+              << relative_l2_all(heads_of(r.final_state), oracle.final_state) << ", max |S_L| " << state_max << "\n";
+    EXPECT_LE(err, 8 * units_of(c.dtype).op) << describe(c);
+    const std::string bad = rowwise_disagreement(heads_of(r.output), oracle.output, end_to_end_tau(c.dtype));
+    EXPECT_TRUE(bad.empty()) << describe(c) << ": " << bad;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cross-C, decode, determinism.
+
+TEST(DeltaRuleGpu, ChunkSizesAgree) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("C = 16, 32, 64 agree with float64 and with each other", 6, [](void) {
+    DeltaCase c = *gen_case(*rc::gen::arbitrary<bool>(), 300, 64);
+    const HostInputs in = make_inputs(c);
+    const DoubleForward oracle = double_oracle(c, in);
+    std::vector<std::vector<Matrix<double>>> outputs;
+    for (Index C : {16, 32, 64}) {
+      c.chunk = C;
+      const ForwardResult r = run_forward(c, in, false);
+      outputs.push_back(heads_of(r.output));
+      const std::string bad = rowwise_disagreement(outputs.back(), oracle.output, end_to_end_tau(c.dtype));
+      if (!bad.empty()) RC_FAIL(describe(c) + ": output vs float64: " + bad);
+      const std::string bad_state = rowwise_disagreement(heads_of(r.final_state), oracle.final_state, end_to_end_tau(c.dtype));
+      if (!bad_state.empty()) RC_FAIL(describe(c) + ": final state vs float64: " + bad_state);
+    }
+    for (size_t i = 1; i < outputs.size(); ++i) {
+      const std::string bad = rowwise_disagreement(outputs[i], outputs[0], 2 * end_to_end_tau(c.dtype));
+      if (!bad.empty()) RC_FAIL(describe(c) + ": C=" + std::to_string(16 << i) + " vs C=16: " + bad);
+    }
+  }));
+}
+
+
+
+
+
+TEST(DeltaRuleStageChecks, DecodeCheckAcceptsTheOracleAndCatchesALostState) {  // runs without a device
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.gated = gated, c.length = 6, c.key_dim = 20, c.value_dim = 7, c.with_initial_state = true, c.seed = 12;
+    const HostInputs in = make_inputs(c);
+    const std::optional<Tensor4<Exact>> s0 = in.initial_state;
+    DecodeResult exact{Tensor4<Exact>(1, 1, c.length, c.value_dim), Tensor4<Exact>(1, 1, c.value_dim, c.key_dim)};
+    dr::Forward<Exact> f;
+    if (gated) {
+      const auto g = gdr::token_recurrence<High>(gdr::with_gates<High>(
+          {ref::matrix_cast<High>(in.q.head(0, 0)), ref::matrix_cast<High>(in.k.head(0, 0)),
+           ref::matrix_cast<High>(in.v.head(0, 0)), ref::matrix_cast<High>(in.beta.head(0, 0)).col(0),
+           ref::matrix_cast<High>(in.log_gate.head(0, 0)).col(0), ref::matrix_cast<High>(s0->head(0, 0))}));
+      f = {ref::matrix_cast<Exact>(g.output), ref::matrix_cast<Exact>(g.final_state)};
+    } else {
+      f = dr::token_recurrence<Exact>({in.q.head(0, 0), in.k.head(0, 0), in.v.head(0, 0), in.beta.head(0, 0).col(0), s0->head(0, 0)});
+    }
+    exact.output.set_head(0, 0, f.output), exact.final_state.set_head(0, 0, f.final_state);
+    const Report rep = check_decode(c, in, exact, s0);
+    EXPECT_TRUE(rep.ok()) << rep.message();
+    const Report lost = check_decode(c, in, exact, std::nullopt);  // the same results claimed from S_0 = 0
+    EXPECT_FALSE(lost.ok()) << describe(c);
+  }
+}
+
+TEST(DeltaRuleGpu, DecodeMatchesOracle) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("decode (1..8 tokens, optional S_0) vs exact recurrence", 15, [](void) {
+    DeltaCase c = *gen_case(*rc::gen::arbitrary<bool>(), 8, 64);
+    c.length = *rc::gen::inRange<Index>(1, 9);
+    const HostInputs in = make_inputs(c);
+    std::optional<Tensor4<Exact>> s0;
+    if (c.with_initial_state) s0 = in.initial_state;
+    const Report rep = check_decode(c, in, run_decode(c, in, s0), s0);
+    if (!rep.ok()) RC_FAIL(rep.message());
+  }));
+}
+
+// Prefill L0 tokens with the chunkwise kernel, decode the rest from its fp32 final state: the
+// decode is within its bound of the exact recurrence from that state, and agrees with one
+// chunkwise pass over the whole sequence.
+TEST(DeltaRuleGpu, DecodeAfterChunkPrefillEqualsOnePass) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("decode after chunkwise prefill", 6, [](void) {
+    DeltaCase whole = *gen_case(*rc::gen::arbitrary<bool>(), 200, 64);
+    whole.length = std::max<Index>(whole.length, 2);
+    const Index prefill = *rc::gen::inRange<Index>(1, whole.length);
+    const HostInputs in = make_inputs(whole);
+    auto slice = [&](const Tensor4<Exact>& t, Index begin, Index count) {
+      Tensor4<Exact> out(t.batch, t.heads, count, t.cols);
+      ref::for_each_head(t.batch, t.heads, [&](Index b, Index h) { out.set_head(b, h, t.head(b, h).middleRows(begin, count)); });
+      return out;
+    };
+    DeltaCase first = whole, rest = whole;
+    first.length = prefill, rest.length = whole.length - prefill;
+    HostInputs in_first = in, in_rest = in;
+    for (auto [dst_first, dst_rest, src] : {std::tuple{&in_first.q, &in_rest.q, &in.q}, {&in_first.k, &in_rest.k, &in.k},
+                                            {&in_first.v, &in_rest.v, &in.v}, {&in_first.beta, &in_rest.beta, &in.beta},
+                                            {&in_first.log_gate, &in_rest.log_gate, &in.log_gate}}) {
+      *dst_first = slice(*src, 0, prefill);
+      *dst_rest = slice(*src, prefill, whole.length - prefill);
+    }
+    const ForwardResult pre = run_forward(first, in_first, false);
+    const std::optional<Tensor4<Exact>> state = pre.final_state;
+    const DecodeResult dec = run_decode(rest, in_rest, state);
+    const Report rep = check_decode(rest, in_rest, dec, state);
+    if (!rep.ok()) RC_FAIL(rep.message());
+
+    const ForwardResult one_pass = run_forward(whole, in, false);
+    std::vector<Matrix<double>> tail;
+    for (const auto& m : heads_of(one_pass.output)) tail.push_back(m.bottomRows(rest.length));
+    const double tau = 2 * end_to_end_tau(whole.dtype);
+    const std::string bad = rowwise_disagreement(heads_of(dec.output), tail, tau);
+    if (!bad.empty()) RC_FAIL(describe(whole) + " prefill=" + std::to_string(prefill) + ": decode vs one pass: " + bad);
+    const std::string bad_state = rowwise_disagreement(heads_of(dec.final_state), heads_of(one_pass.final_state), tau);
+    if (!bad_state.empty()) RC_FAIL(describe(whole) + ": final states: " + bad_state);
+  }));
+}
+
+TEST(DeltaRuleGpu, Deterministic) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.gated = gated, c.batch = 2, c.heads = 3, c.length = 333, c.chunk = 64, c.key_dim = 64, c.value_dim = 64, c.seed = 800;
+    c.with_initial_state = true;
+    const HostInputs in = make_inputs(c);
+    const DeviceInputs dev = upload_inputs(c, in);
+    ForwardBuffers first = allocate_forward(c, false), second = allocate_forward(c, false);
+    cuda::delta_rule_forward(forward_params(c, dev, first));
+    cuda::delta_rule_forward(forward_params(c, dev, second));
+    EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(second.output)) << describe(c);
+    EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(second.final_state)) << describe(c);
+    for (auto [slice, pipeline] : {std::pair{16, 0}, {32, 0}, {64, 1}, {64, 2}, {32, 2}, {64, 3}, {16, 3}}) {  // tuning knobs: same bits
+      ForwardBuffers other = allocate_forward(c, false);
+      cuda::DeltaRuleForwardParams p = forward_params(c, dev, other);
+      p.value_slice = slice, p.pipeline = pipeline;
+      cuda::delta_rule_forward(p);
+      EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(other.output)) << describe(c) << " slice " << slice << " pipeline " << pipeline;
+      EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(other.final_state))
+          << describe(c) << " slice " << slice << " pipeline " << pipeline;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Argument validation: std::invalid_argument naming the argument, nothing launched.
+
+TEST(DeltaRuleGpu, InvalidArgumentsThrowBeforeAnyLaunch) {
+  DELTAPROOF_REQUIRE_GPU();
+  DeltaCase c;
+  c.length = 40, c.chunk = 16, c.key_dim = 8, c.value_dim = 8, c.seed = 900;
+  const HostInputs in = make_inputs(c);
+  const DeviceInputs dev = upload_inputs(c, in);
+  ForwardBuffers f = allocate_forward(c, false);
+  const auto poisoned = dt::download_bytes(f.output);
+  std::vector<float> host_buffer(1024);
+  auto expect_rejected = [&](const std::string& argument, auto mutate) {
+    cuda::DeltaRuleForwardParams p = forward_params(c, dev, f);
+    p.wy_system = p.wy_inverse = p.v_new = p.boundary_states = nullptr;
+    mutate(p);
+    try {
+      cuda::delta_rule_forward(p);
+      ADD_FAILURE() << "no exception for a bad " << argument;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(dt::download_bytes(f.output), poisoned) << "output touched after a bad " << argument;
+  };
+  expect_rejected("chunk_size", [](auto& p) { p.chunk_size = 48; });
+  expect_rejected("key_dim", [](auto& p) { p.key_dim = 257; });
+  expect_rejected("value_dim", [](auto& p) { p.value_dim = 0; });
+  expect_rejected("length", [](auto& p) { p.length = 0; });
+  expect_rejected("dtype", [](auto& p) { p.dtype = DType::f64; });
+  expect_rejected("q", [](auto& p) { p.q = nullptr; });
+  expect_rejected("k", [&](auto& p) { p.k = host_buffer.data(); });
+  expect_rejected("beta", [](auto& p) { p.beta = static_cast<const char*>(p.beta) + 1; });
+  expect_rejected("final_state", [](auto& p) { p.final_state = nullptr; });
+  expect_rejected("log_gate", [&](auto& p) { p.log_gate = host_buffer.data(); });
+
+  cuda::DeltaRuleDecodeParams d;
+  d.dtype = c.dtype, d.batch = 1, d.heads = 1, d.tokens = 1, d.key_dim = 300, d.value_dim = 8;
+  EXPECT_THROW(cuda::delta_rule_decode(d), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------
+// The checks catch planted bugs: each mutant is what the kernel would have written with the
+// named bug, and the same stage check must reject it.
+
+
+void expect_planted_bugs_caught(const DeltaCase& c, const HostInputs& in, const ForwardResult& good) {
+  auto expect_caught = [&](const std::string& bug, auto mutate) {
+    ForwardResult bad = good;
+    mutate(bad);
+    const Report rep = check_stages(c, in, bad);
+    EXPECT_FALSE(rep.ok()) << "planted bug not caught: " << bug;
+    if (!rep.ok()) std::cout << "caught " << bug << ": " << rep.failures.front().substr(0, 200) << "...\n";
+  };
+  expect_caught("wrong sign in the merge T21 = +T22 A21 T11", [](ForwardResult& r) {
+    for (Index i = 16; i < 32; ++i)
+      for (Index j = 0; j < 16; ++j) r.t.data[size_t(i * 32 + j)] = -r.t.data[size_t(i * 32 + j)];
+  });
+  expect_caught("swapped W and U", [](ForwardResult& r) { std::swap(r.w, r.u); });
+  expect_caught("lost S_0", [&](ForwardResult& r) {
+    for (Index i = 0; i < c.value_dim * c.key_dim; ++i) r.boundary.data[size_t(i)] = 0;
+  });
+  expect_caught("dropped partial last chunk", [&](ForwardResult& r) {
+    for (Index t = c.length - 4; t < c.length; ++t)
+      for (Index j = 0; j < c.value_dim; ++j) r.output.data[size_t(t * c.value_dim + j)] = 0;
+  });
+  expect_caught("strict causal mask (diagonal dropped)", [&](ForwardResult& r) {
+    // o_t loses (q_t·k_t) v̄_t, rounded to the dtype as the kernel would store it.
+    for (Index t = 0; t < c.length; ++t) {
+      Exact qk(0);
+      for (Index j = 0; j < c.key_dim; ++j) qk += in.q.data[size_t(t * c.key_dim + j)] * in.k.data[size_t(t * c.key_dim + j)];
+      for (Index j = 0; j < c.value_dim; ++j) {
+        Exact& o = r.output.data[size_t(t * c.value_dim + j)];
+        o = dt::round_to(o - qk * r.v_new.data[size_t(t * c.value_dim + j)], c.dtype);
+      }
+    }
+  });
+  expect_caught("state update without the V̄ term of the last token", [&](ForwardResult& r) {
+    for (Index i = 0; i < c.value_dim; ++i)
+      for (Index j = 0; j < c.key_dim; ++j)
+        r.final_state.data[size_t(i * c.key_dim + j)] -=
+            r.v_new.data[size_t((c.length - 1) * c.value_dim + i)] * in.k.data[size_t((c.length - 1) * c.key_dim + j)];
+  });
+}
+
+DeltaCase planted_bug_case() {
+  DeltaCase c;
+  c.length = 40, c.chunk = 32, c.key_dim = 16, c.value_dim = 16, c.with_initial_state = true, c.seed = 1000;
+  return c;
+}
+
+TEST(DeltaRuleStageChecks, AcceptTheExactOracleAndCatchPlantedBugs) {  // runs without a device
+  const DeltaCase c = planted_bug_case();
+  const HostInputs in = make_inputs(c);
+  const ForwardResult exact = oracle_as_kernel(c, in);
+  const Report rep = check_stages(c, in, exact);
+  ASSERT_TRUE(rep.ok()) << rep.message();
+  for (const auto& s : rep.summaries) EXPECT_LT(s.max_bound_ratio, 1e-50) << s.describe();  // exact data
+  expect_planted_bugs_caught(c, in, exact);
+}
+
+TEST(DeltaRuleStageChecks, AcceptTheOracleOnRegimes) {  // runs without a device: the checker's own code paths
+  for (bool gated : {false, true})
+    for (auto [L, C, s0] : {std::tuple<Index, Index, bool>{1, 64, true}, {70, 64, false}, {33, 16, true}}) {
+      DeltaCase c;
+      c.gated = gated, c.length = L, c.chunk = C, c.key_dim = 15, c.value_dim = 9, c.with_initial_state = s0;
+      c.batch = 2, c.seed = 11;
+      const HostInputs in = make_inputs(c);
+      const Report rep = check_stages(c, in, oracle_as_kernel(c, in));
+      EXPECT_TRUE(rep.ok()) << rep.message();
+    }
+}
+
+TEST(DeltaRuleGpu, StageChecksCatchPlantedBugs) {
+  DELTAPROOF_REQUIRE_GPU();
+  const DeltaCase c = planted_bug_case();
+  const HostInputs in = make_inputs(c);
+  const ForwardResult good = run_forward(c, in);
+  ASSERT_TRUE(check_stages(c, in, good).ok()) << check_stages(c, in, good).message();
+
+  expect_planted_bugs_caught(c, in, good);
+}
+
+// ---------------------------------------------------------------------------------------
+// Accuracy at DESIGN.md's shape: bf16, B=2, H=4, L=512, D=128; q ~ N(0,1)/√D, k = normalize(N(0,1)),
+// v ~ N(0,1), β = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3); relative L2 of the output against
+// a float64 recurrence on the same rounded inputs.
+
+
+void accuracy_at_design_shape(bool gated, double target) {
+  DeltaCase c;
+  c.gated = gated, c.batch = 2, c.heads = 4, c.length = 512, c.key_dim = 128, c.value_dim = 128, c.chunk = 64;
+  c.seed = 42;
+  const HostInputs in = design_inputs(c);
+  const ForwardResult r = run_forward(c, in, false);
+  const DoubleForward oracle = double_oracle(c, in);
+  const double err = relative_l2_all(heads_of(r.output), oracle.output);
+  std::vector<Matrix<double>> rounded;  // the oracle's output merely rounded to bf16: the floor
+  for (const auto& m : oracle.output)
+    rounded.push_back(m.unaryExpr([](double x) { return double(static_cast<float>(Eigen::bfloat16(static_cast<float>(x)))); }));
+  std::cout << (gated ? "Gated DeltaNet" : "DeltaNet") << " accuracy (bf16, B=2, H=4, L=512, D=128, C=64): output rel L2 vs float64 = "
+            << err << " (target <= " << target << "; rounding the exact output to bf16 alone: "
+            << relative_l2_all(rounded, oracle.output) << "), final state rel L2 = "
+            << relative_l2_all(heads_of(r.final_state), oracle.final_state) << "\n";
+  EXPECT_LE(err, target);
+}
+
+TEST(DeltaRuleGpu, AccuracyAtDesignShapeDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  accuracy_at_design_shape(false, 4.1e-3);
+}
+
+TEST(DeltaRuleGpu, AccuracyAtDesignShapeGatedDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  accuracy_at_design_shape(true, 3.7e-3);
+}
+
+}  // namespace

@@ -1,0 +1,163 @@
+// DeltaNet / Gated DeltaNet kernels (cuda/delta_rule.h) against the oracle, stage by stage: the
+// cases, the kernel runs with every intermediate read back exactly, and the stage checks with
+// their derived bounds. Shared by property_tests/delta_rule_gpu_test.cpp and `deltaproof verify
+// --impl cuda --op delta|gated-delta`; no test framework inside.
+//
+//
+// Every stage is compared with the oracle's formula for that stage evaluated in 100-digit MPFR
+// (High: exact ℚ would be as good but slower; the decays exp(G_i − G_j) of Gated DeltaNet are
+// irrational anyway, and 1e-100 is far inside every bound below) on the
+// exact values of that stage's inputs as the kernel saw them: the rounded inputs for A, the
+// kernel's own A for T, its own T for W and U, its own W, U and S_[c] for V̄, and so on. Each
+// stage then carries only its own rounding error, and its bound is derived from the operations
+// the kernel performs (DESIGN.md, numerical policy 2):
+//
+//   Every stage is a straight-line program of +, −, × (the unit-diagonal inverse needs no
+//   division), so |computed − exact| <= γ_m(u) · (the same program run on |inputs| with every
+//   − turned into +), where m is the longest chain of roundings from an input to the result
+//   (Higham, §3.1). Roundings of different sizes compose as Π(1 + γ_{m_i}(u_i)) − 1:
+//     u_acc = 2⁻²³  fp32 accumulation (tensor cores may truncate instead of round: 2u),
+//     u_op          rounding of an MMA operand to the input dtype (0 for fp32 inputs: plain FMA),
+//     u_out         rounding of a stored result to the input dtype,
+//     η             absolute error of an operand that lands among fp16 subnormals (2⁻²⁵),
+//     ε_D           relative error of a kernel decay exp(Ĝ_i − Ĝ_j) (fp32 cumulative sums, expf
+//                   within 2 ulp), zero for DeltaNet where every exponent is exactly 0.
+//
+// End to end (cross-C, decode after prefill, accuracy) the kernel is compared with a float64
+// token recurrence normwise: bounds on the whole chain would multiply the stage bounds by the
+// recurrence's growth, so these tests state their thresholds in units of u_op instead.
+#pragma once
+
+#include "cuda/delta_rule.h"
+#include "property_tests/support/device_tensors.hpp"
+#include "reference/error_report.hpp"
+#include "reference/scalar.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace deltaproof::testing {
+
+using cuda::DType;
+using ref::Exact;
+using ref::High;
+using ref::Index;
+using ref::Matrix;
+using ref::Tensor4;
+using ref::Vector;
+
+struct DeltaCase {
+  Index batch = 1, heads = 1, length = 1, key_dim = 1, value_dim = 1, chunk = 64;
+  DType dtype = DType::bf16;
+  bool with_initial_state = false, gated = false;
+  std::uint64_t seed = 0;
+  int key_shift = -1;       // keys n / 2^(3 + key_shift), |n| <= 8; −1: chosen so that ‖k‖² <= 1
+  double gate_step = 1.0 / 16;  // log-gates g = −m · gate_step, m in 0..16 (a power of two: exact in fp32)
+  bool zero_gates = false;      // g = 0 exactly (Gated DeltaNet must then equal DeltaNet bit for bit)
+};
+
+// Exact values of every input (already representable in the dtype, so rounding leaves them).
+struct HostInputs {
+  Tensor4<Exact> q, k, v, beta, log_gate, initial_state;  // log_gate [B, H, L, 1] in fp32 values
+};
+
+struct DeviceInputs {
+  Uploaded q, k, v, beta, log_gate, initial_state;
+};
+
+// What the forward writes, read back exactly.
+struct ForwardResult {
+  Tensor4<Exact> output, final_state, w, u, v_new, a, t, boundary;  // a, t [B, H, N·C, C]; boundary [B, H, N·DV, DK]
+};
+
+struct ForwardBuffers {
+  DeviceTensor output, final_state, w, u, v_new, a, t, boundary;
+  DeviceTensor state_operands, v_new_operands;  // workspace of scan version 3
+};
+
+struct Units {
+  double op, out, eta;
+};
+
+// Collects stage comparisons; the test fails on the first summary outside its bound.
+struct Report {
+  std::string context;
+  std::vector<ref::ErrorSummary> summaries;
+  std::vector<std::string> failures;
+
+  void add(ref::ErrorSummary s) {
+    if (!s.within_bound) failures.push_back(context + " | " + s.describe());
+    summaries.push_back(std::move(s));
+  }
+  bool ok() const { return failures.empty(); }
+  std::string message() const {
+    std::string m;
+    for (const auto& f : failures) m += f + "\n";
+    return m;
+  }
+  // Largest err/bound per stage name prefix (before '['), for the printed calibration.
+  std::string calibration() const {
+    std::vector<std::pair<std::string, double>> worst;
+    for (const auto& s : summaries) {
+      const std::string stage = s.name.substr(0, s.name.find('['));
+      auto it = std::find_if(worst.begin(), worst.end(), [&](const auto& p) { return p.first == stage; });
+      if (it == worst.end()) worst.push_back({stage, s.max_bound_ratio});
+      else it->second = std::max(it->second, s.max_bound_ratio);
+    }
+    std::ostringstream os;
+    os.precision(2);
+    for (const auto& [stage, r] : worst) os << stage << " " << std::scientific << r << "  ";
+    return os.str();
+  }
+};
+
+struct DoubleForward {
+  std::vector<Matrix<double>> output, final_state;  // per head
+};
+
+struct DecodeResult {
+  Tensor4<Exact> output, final_state;
+};
+
+constexpr double u_acc = 0x1p-23;
+
+constexpr double u32 = 0x1p-24;
+
+std::ostream& operator<<(std::ostream& os, const DeltaCase& c);
+std::string describe(const DeltaCase& c);
+
+// Entries drawn from c.seed: q, v, S_0 = n/4 (|n| <= 8); keys n/2^(3+shift); β = p/8; g = −m·gate_step.
+HostInputs make_inputs(const DeltaCase& c);
+// DESIGN.md's accuracy inputs: q ~ N(0,1)/√D, k = normalize(N(0,1)), v ~ N(0,1), β = sigmoid(N(0,1)),
+// g = logsigmoid(N(0,1) + 3), each rounded to the dtype (g to fp32).
+HostInputs design_inputs(const DeltaCase& c);
+
+DeviceInputs upload_inputs(const DeltaCase& c, const HostInputs& in);
+ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates);
+cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f);
+ForwardResult read_back(const ForwardBuffers& f, bool intermediates);
+ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates = true);
+
+Units units_of(DType d);
+// Every stage of every head and chunk against the oracle within its bound.
+Report check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
+// The exact (ℚ; 100-digit for gated) oracle's intermediates laid out as the kernel writes them.
+ForwardResult oracle_as_kernel(const DeltaCase& c, const HostInputs& in);
+
+DoubleForward double_oracle(const DeltaCase& c, const HostInputs& in);
+double relative_l2_all(const std::vector<Matrix<double>>& candidate, const std::vector<Matrix<double>>& reference);
+std::vector<Matrix<double>> heads_of(const ref::Tensor4<ref::Exact>& t);
+std::string rowwise_disagreement(const std::vector<Matrix<double>>& candidate, const std::vector<Matrix<double>>& reference,
+                                 double tau);
+double end_to_end_tau(DType d);
+
+DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::optional<ref::Tensor4<ref::Exact>>& state);
+Report check_decode(const DeltaCase& c, const HostInputs& in, const DecodeResult& r,
+                    const std::optional<ref::Tensor4<ref::Exact>>& state);
+
+}  // namespace deltaproof::testing
