@@ -14,6 +14,7 @@
 
 #include "reference/chunking.hpp"
 #include "reference/dual.hpp"
+#include "reference/high_agreement.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
 
@@ -436,20 +437,6 @@ MlpForward<Scalar> mlp_minibatch_dual(const Inputs<Scalar>& in, const MlpWeights
   return out;
 }
 
-// ---------------------------------------------------------------------------------------
-// Agreement of two High evaluations that differ in formula, not in value.
-//
-// Each entry passes through at most 10⁴ roundings of relative size u = 10⁻⁹⁹ here (shapes are
-// small), and the smooth steps (GELU, SiLU, a few chained gradient steps on entries ≤ 2) amplify
-// an input perturbation by at most 10³⁰; so |a − b| <= 10⁻⁶⁰·(1 + max|b|) holds with margin, while
-// any formula difference shows up at the inputs' granularity (2⁻²), sixty digits higher.
-inline double high_agreement_relative_bound() { return 1e-60; }
-
-template <class Scalar>
-Matrix<Exact> high_agreement_bound(const Matrix<Scalar>& reference) {
-  const Exact scale = Exact(1) + matrix_cast<Exact>(reference).cwiseAbs().maxCoeff();
-  return Matrix<Exact>::Constant(reference.rows(), reference.cols(),
-                                 scale * Exact(high_agreement_relative_bound()));
-}
+using ref::high_agreement_bound;
 
 }  // namespace deltaproof::ref::ttt
