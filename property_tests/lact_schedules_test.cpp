@@ -27,6 +27,7 @@ RC_GTEST_PROP(LactSchedules, UpdateApplyWithChunkOneIsCausalLinearAttention, ())
   auto c = *gen_lact_case({.shape = {.max_length = 40, .max_dim = 6}});
   c.shape.chunk_size = 1;
   c.window = 0;
+  c.momentum = 0;
   c.schedule = lact::Schedule::UpdateThenApply;
   const auto fwd = lact::forward<Exact, lact::LinearFastWeight>(c.linear_inputs(), c.options());
   const ref::linear_attention::Inputs<Exact> la{c.q, c.k, c.learning_rate.asDiagonal() * c.v, c.linear_weight};
