@@ -4,6 +4,7 @@
 
 #include "property_tests/support/assertions.hpp"
 #include "property_tests/support/generators.hpp"
+#include "reference/delta_rule.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/ttt.hpp"
 
@@ -55,21 +56,10 @@ inline rc::Gen<TttCase> gen_ttt_case(ShapeLimits limits, Index feature_factor = 
   });
 }
 
-// S_t = S_{t−1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ, o_t = S_t q_t: DeltaNet as the article writes it.
-// (A test-local oracle until reference/delta_rule.hpp lands on main.)
-inline ttt::Forward<Exact> delta_rule_recurrence(const ttt::Inputs<Exact>& in) {
-  Matrix<Exact> s = in.initial_state_or_zero(in.key_dim());
-  const Matrix<Exact> identity = Matrix<Exact>::Identity(in.key_dim(), in.key_dim());
-  ttt::Forward<Exact> out;
-  out.output.resize(in.length(), in.value_dim());
-  for (Index t = 0; t < in.length(); ++t) {
-    const Vector<Exact> k = in.k.row(t).transpose(), v = in.v.row(t).transpose();
-    const Exact beta = in.learning_rate(t);
-    s = Matrix<Exact>(s * (identity - beta * k * k.transpose())) + beta * v * k.transpose();
-    out.output.row(t) = (s * in.q.row(t).transpose()).transpose();
-  }
-  out.final_state = s;
-  return out;
+// DeltaNet from its own oracle (reference/delta_rule.hpp), on the same q, k, v, β = η, S_0 = W_0.
+inline ref::delta_rule::Forward<Exact> delta_rule_recurrence(const ttt::Inputs<Exact>& in) {
+  return ref::delta_rule::token_recurrence(
+      ref::delta_rule::Inputs<Exact>{in.q, in.k, in.v, in.learning_rate, in.initial_state});
 }
 
 // Mini-batch primal (explicit loop) == dual (masked matrix form), exactly.
