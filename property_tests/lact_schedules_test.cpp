@@ -19,7 +19,7 @@ Matrix<Exact> agreement_bound(const Matrix<High>& reference) { return ref::high_
 // Linear fast weight, additive update, exactly over ℚ.
 
 RC_GTEST_PROP(LactSchedules, LinearFastWeightIsMaskedLinearAttention, ()) {
-  check_linear_lact_is_masked_linear_attention(*gen_lact_case({.shape = {.max_length = 40, .max_dim = 6, .max_chunk = 12}}));
+  check_linear_lact_is_masked_linear_attention(*gen_lact_case({.shape = {.max_length = 64, .max_dim = 9, .max_chunk = 16}}));
 }
 
 // update→apply at C = 1 is the causal mask: LaCT is then plain linear attention (the foundation's form).
@@ -105,7 +105,7 @@ void check_swiglu_update_is_gradient_at_chunk_start(const LactCase& c) {
 }
 
 RC_GTEST_PROP(LactSchedules, SwiGluUpdateIsSummedGradientAtChunkStart, ()) {
-  check_swiglu_update_is_gradient_at_chunk_start(*gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 6}}));
+  check_swiglu_update_is_gradient_at_chunk_start(*gen_lact_case({.shape = {.max_length = 24, .max_dim = 5, .max_chunk = 8}}));
 }
 
 // One chunk for the whole sequence is update→apply with C >= L, bit for bit, with every option on or off.

@@ -10,7 +10,7 @@ namespace {
 
 // ½‖S k − v‖², one step per token: exactly DeltaNet.
 RC_GTEST_PROP(TttTokenwise, SquaredBindingLossIsDeltaNet, ()) {
-  const auto c = *gen_ttt_case({.max_length = 40, .max_dim = 6});
+  const auto c = *gen_ttt_case({.max_length = 64, .max_dim = 9});
   const auto gd = ttt::gradient_descent<Exact, ttt::SquaredBinding>(c.inputs);
   const auto delta = delta_rule_recurrence(c.inputs);
   require_equal("TTT(squared) output vs DeltaNet", gd.output, delta.output);
@@ -19,7 +19,7 @@ RC_GTEST_PROP(TttTokenwise, SquaredBindingLossIsDeltaNet, ()) {
 
 // −vᵀ S k: exactly additive linear attention with v scaled by η (every form of it).
 RC_GTEST_PROP(TttTokenwise, LinearObjectiveIsLinearAttention, ()) {
-  const auto c = *gen_ttt_case({.max_length = 40, .max_dim = 6});
+  const auto c = *gen_ttt_case({.max_length = 64, .max_dim = 9});
   const auto gd = ttt::gradient_descent<Exact, ttt::NegativeDot>(c.inputs);
   const la::Inputs<Exact> writes{c.inputs.q, c.inputs.k, c.inputs.learning_rate.asDiagonal() * c.inputs.v,
                                  c.inputs.initial_state};
