@@ -54,27 +54,6 @@ RC_GTEST_PROP(LactSchedules, BlockMasksAreTheScheduleDefinitions, ()) {
 // SwiGLU: each update is −(momentum-accumulated) ∇ℓ_c at W_[c], the gradient taken by dual numbers
 // on the inner loss itself (not the hand-derived backward that forward() uses).
 
-lact::Weights<High> gradient_by_dual(const lact::Weights<High>& w, const Matrix<High>& k, const Matrix<High>& v,
-                                     const Vector<High>& eta) {
-  using D = ref::Dual<High>;
-  const auto up = [](const High& x) { return D(x); };
-  lact::Weights<D> wd;
-  for (const auto& m : w) wd.push_back(m.unaryExpr(up));
-  const Matrix<D> kd = k.unaryExpr(up), vd = v.unaryExpr(up);
-  const Vector<D> etad = eta.unaryExpr(up);
-  lact::Weights<High> g;
-  for (size_t p = 0; p < w.size(); ++p) {
-    g.push_back(Matrix<High>(w[p].rows(), w[p].cols()));
-    for (Index r = 0; r < w[p].rows(); ++r)
-      for (Index col = 0; col < w[p].cols(); ++col) {
-        wd[p](r, col).tangent = High(1);
-        g[p](r, col) = lact::inner_loss<lact::SwiGluFastWeight>(wd, kd, vd, etad).tangent;
-        wd[p](r, col).tangent = High(0);
-      }
-  }
-  return g;
-}
-
 template <class Policy = lact::Faithful>
 void check_swiglu_update_is_gradient_at_chunk_start(const LactCase& c) {
   const lact::Options<High> opt{c.schedule, c.shape.chunk_size, 0, High(c.momentum), false, false};
@@ -88,8 +67,9 @@ void check_swiglu_update_is_gradient_at_chunk_start(const LactCase& c) {
     const auto& before = fwd.boundary_weights[ci];
     const auto& after = ci + 1 < chunks.size() ? fwd.boundary_weights[ci + 1] : fwd.final_weights;
     const auto& ch = chunks[ci];
-    const auto g = gradient_by_dual(before, in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
-                                    in.learning_rate.segment(ch.begin, ch.size));
+    const auto g = lact::inner_loss_gradient_by_dual<lact::SwiGluFastWeight, High>(
+        before, in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
+        in.learning_rate.segment(ch.begin, ch.size));
     for (size_t p = 0; p < g.size(); ++p) {
       const std::string name = "W" + std::to_string(p) + " after chunk " + std::to_string(ci);
       if (!updates) {

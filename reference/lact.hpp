@@ -146,6 +146,30 @@ T inner_loss(const Weights<T>& w, const Matrix<T>& k, const Matrix<T>& v, const 
   return sum;
 }
 
+// ∇ℓ_c by forward-mode differentiation of inner_loss, one weight at a time: the independent check
+// of the closed-form chunk_gradient (and of the schedule loop that uses it).
+template <class FastWeight, class Scalar>
+Weights<Scalar> inner_loss_gradient_by_dual(const Weights<Scalar>& w, const Matrix<Scalar>& k, const Matrix<Scalar>& v,
+                                            const Vector<Scalar>& eta) {
+  using D = Dual<Scalar>;
+  const auto up = [](const Scalar& x) { return D(x); };
+  Weights<D> wd;
+  for (const auto& m : w) wd.push_back(m.unaryExpr(up));
+  const Matrix<D> kd = k.unaryExpr(up), vd = v.unaryExpr(up);
+  const Vector<D> etad = eta.unaryExpr(up);
+  Weights<Scalar> g;
+  for (size_t p = 0; p < w.size(); ++p) {
+    g.push_back(Matrix<Scalar>(w[p].rows(), w[p].cols()));
+    for (Index r = 0; r < w[p].rows(); ++r)
+      for (Index c = 0; c < w[p].cols(); ++c) {
+        wd[p](r, c).tangent = Scalar(1);
+        g[p](r, c) = inner_loss<FastWeight>(wd, kd, vd, etad).tangent;
+        wd[p](r, c).tangent = Scalar(0);
+      }
+  }
+  return g;
+}
+
 // ---------------------------------------------------------------------------------------
 // Update options.
 
