@@ -45,6 +45,8 @@ Case make_case(const CaseOptions& o, bool positive) {
   for (Index i = 0; i < o.length; ++i) c.linear.learning_rate(i) = random.unit_interval<Exact>(8);
   c.linear.initial_weights = {entries(random, o.value_dim, o.key_dim, positive)};
   c.swiglu = c.linear;
+  // η/(DK C) for SwiGLU: the unbounded inner loss −η⟨f(k), v⟩ would otherwise grow the weights fast.
+  c.swiglu.learning_rate /= Exact(o.key_dim * o.chunk_size);
   c.swiglu.initial_weights = {entries(random, swiglu_hidden_dim, o.key_dim, positive),
                               entries(random, o.value_dim, swiglu_hidden_dim, positive),
                               entries(random, swiglu_hidden_dim, o.key_dim, positive)};
@@ -102,7 +104,7 @@ int verify_lact(const CaseOptions& o) {
       linear.add("output", "LaCT " + lact::to_string(s) + " mu=" + mu.str(), "masked LA", summary, summary.exact_zero());
     }
 
-  ComparisonTable swiglu("SwiGLU fast weight (High)");
+  ComparisonTable swiglu("SwiGLU fast weight, eta/(DK C) (High)");
   const lact::Inputs<High> high = to_high(c.swiglu);
   {
     // W_[c+1] = W_[c] − Δ_c, Δ_c = μ Δ_{c−1} + ∇ℓ_c(W_[c]) with ∇ by dual numbers on the inner loss.
