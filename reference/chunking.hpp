@@ -32,8 +32,4 @@ Matrix<Scalar> causal_mask(Index n) {
   return m;
 }
 
-inline void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument(message);
-}
-
 }  // namespace deltaproof::ref

@@ -12,6 +12,7 @@ namespace deltaproof::ref {
 
 template <class Scalar>
 struct Dual {
+  using dual_of = Scalar;
   Scalar value{0}, tangent{0};
 
   Dual() = default;

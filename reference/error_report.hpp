@@ -35,6 +35,22 @@ struct ErrorSummary {
   }
 };
 
+// A matrix as rows of exact values ("-3/4 1 0"), for counterexamples and the command line.
+template <class T>
+std::string format_matrix(const Matrix<T>& m) {
+  std::ostringstream s;
+  for (Index i = 0; i < m.rows(); ++i) {
+    s << "  [";
+    for (Index j = 0; j < m.cols(); ++j) {
+      if (j) s << ' ';
+      if constexpr (is_boost_v<T>) s << m(i, j).str();
+      else s << m(i, j);
+    }
+    s << "]\n";
+  }
+  return s.str();
+}
+
 // Compares candidate with reference in the scalar T (use Exact for exact error). Optional
 // elementwise bound: the comparison passes iff |candidate − reference| <= bound everywhere.
 template <class T>

@@ -6,8 +6,10 @@
 #pragma once
 
 #include "reference/dual.hpp"
+#include "reference/error_report.hpp"
 #include "reference/scalar.hpp"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,11 @@ struct Param {
 };
 template <class Scalar>
 using Params = std::vector<Param<Scalar>>;
+
+template <class Scalar>
+std::ostream& operator<<(std::ostream& os, const Param<Scalar>& p) {
+  return os << p.name << " (" << p.value.rows() << "x" << p.value.cols() << ") =\n" << format_matrix(p.value);
+}
 
 template <class To, class From>
 Params<To> params_cast(const Params<From>& p) {

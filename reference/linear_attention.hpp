@@ -9,6 +9,7 @@
 
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
+#include "reference/gradcheck.hpp"
 #include "reference/scalar.hpp"
 
 #include <optional>
@@ -219,6 +220,79 @@ Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<
   }
   g.d_initial_state = Policy::reads_initial_state ? grad : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
   return g;
+}
+
+// ---------------------------------------------------------------------------------------
+// Dispatch by form, conversions, and the pairing that the backward paths differentiate.
+
+enum class Form { parallel, recurrent, chunkwise };
+
+template <class Scalar>
+Forward<Scalar> forward(Form form, const Inputs<Scalar>& in, Index chunk_size) {
+  if (form == Form::parallel) return parallel_masked(in);
+  if (form == Form::recurrent) return token_recurrence(in);
+  return chunkwise(in, chunk_size);
+}
+
+template <class Scalar>
+Gradients<Scalar> backward(Form form, const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size) {
+  if (form == Form::parallel) return parallel_masked_backward(in, cot);
+  if (form == Form::recurrent) return token_recurrence_backward(in, cot);
+  return chunkwise_backward(in, cot, chunk_size);
+}
+
+template <class To, class From>
+Inputs<To> cast(const Inputs<From>& in) {
+  Inputs<To> out{matrix_cast<To>(in.q), matrix_cast<To>(in.k), matrix_cast<To>(in.v), std::nullopt};
+  if (in.initial_state) out.initial_state = matrix_cast<To>(*in.initial_state);
+  return out;
+}
+
+template <class To, class From>
+Cotangents<To> cast(const Cotangents<From>& cot) {
+  Cotangents<To> out{matrix_cast<To>(cot.d_output), std::nullopt};
+  if (cot.d_final_state) out.d_final_state = matrix_cast<To>(*cot.d_final_state);
+  return out;
+}
+
+// L = <dO, O> + <dS_L, S_L>: the scalar whose gradient every backward path returns.
+template <class Scalar>
+Scalar pairing(const Forward<Scalar>& out, const Cotangents<Scalar>& cot) {
+  Scalar value = frobenius_inner(cot.d_output, out.output);
+  if (cot.d_final_state) value += frobenius_inner(*cot.d_final_state, out.final_state);
+  return value;
+}
+
+// The differentiable inputs as a named list (q, k, v, and S_0 when given), and back.
+template <class Scalar>
+Params<Scalar> params_of(const Inputs<Scalar>& in) {
+  Params<Scalar> p{{"q", in.q}, {"k", in.k}, {"v", in.v}};
+  if (in.initial_state) p.push_back({"S_0", *in.initial_state});
+  return p;
+}
+
+template <class Scalar>
+Inputs<Scalar> inputs_of(const Params<Scalar>& p) {
+  Inputs<Scalar> in{p.at(0).value, p.at(1).value, p.at(2).value, std::nullopt};
+  if (p.size() > 3) in.initial_state = p[3].value;
+  return in;
+}
+
+template <class Scalar>
+Params<Scalar> params_of(const Gradients<Scalar>& g, bool with_initial_state) {
+  Params<Scalar> p{{"q", g.dq}, {"k", g.dk}, {"v", g.dv}};
+  if (with_initial_state) p.push_back({"S_0", g.d_initial_state});
+  return p;
+}
+
+// The loss t ↦ L(x) of one form as a callable generic in the scalar (for gradcheck.hpp): the
+// cotangents are held exactly and converted to the scalar of each call.
+template <class Exactly>
+auto loss_of(Form form, Index chunk_size, const Cotangents<Exactly>& cot) {
+  return [form, chunk_size, cot](const auto& params) {
+    using T = typename std::decay_t<decltype(params[0].value)>::Scalar;
+    return pairing(forward(form, inputs_of(params), chunk_size), cast<T>(cot));
+  };
 }
 
 // ---------------------------------------------------------------------------------------

@@ -11,12 +11,18 @@
 #include <boost/multiprecision/mpfr.hpp>
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
 namespace deltaproof::ref {
 
 using Index = Eigen::Index;
+
+// Argument checks throughout the oracle: std::invalid_argument with a message naming the argument.
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
 
 // Exact rationals (GMP mpq): identities are checked with ==.
 using Exact = boost::multiprecision::number<boost::multiprecision::gmp_rational,
@@ -44,6 +50,8 @@ template <class To, class From>
 To scalar_cast(const From& x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
+  } else if constexpr (requires { typename To::dual_of; }) {
+    return To(scalar_cast<typename To::dual_of>(x));  // a constant: zero tangent
   } else if constexpr (is_boost_v<From> && is_boost_v<To>) {
     return To(x);
   } else if constexpr (is_exact_v<From>) {
@@ -51,10 +59,11 @@ To scalar_cast(const From& x) {
   } else if constexpr (is_high_v<From>) {
     if constexpr (std::is_same_v<To, float>) return x.template convert_to<float>();
     else return static_cast<To>(x.template convert_to<double>());
-  } else if constexpr (is_boost_v<To>) {
-    return To(static_cast<double>(x));  // float, double, bfloat16, half: exact in double
   } else {
-    return static_cast<To>(static_cast<double>(x));
+    static_assert(std::is_arithmetic_v<From> || std::is_same_v<From, Eigen::bfloat16> ||
+                      std::is_same_v<From, Eigen::half>,
+                  "scalar_cast: no exact conversion from this type");
+    return To(static_cast<double>(x));  // float, double, bfloat16, half: exact in double
   }
 }
 

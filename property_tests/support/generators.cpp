@@ -28,12 +28,16 @@ rc::Gen<Shape> gen_shape(ShapeLimits limits) {
   });
 }
 
-rc::Gen<Exact> gen_entry() {
+rc::Gen<Exact> gen_entry(Entries entries) {
+  if (entries == Entries::fine) {
+    static constexpr int scale = 1 << 22;
+    return rc::gen::map(rc::gen::inRange(-scale + 1, scale), [](int n) { return Exact(n) / scale; });
+  }
   return rc::gen::map(rc::gen::inRange(-8, 9), [](int n) { return Exact(n) / 4; });
 }
 
-rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols) {
-  return rc::gen::map(rc::gen::container<std::vector<Exact>>(static_cast<size_t>(rows * cols), gen_entry()),
+rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols, Entries entries) {
+  return rc::gen::map(rc::gen::container<std::vector<Exact>>(static_cast<size_t>(rows * cols), gen_entry(entries)),
                       [rows, cols](const std::vector<Exact>& values) {
                         Matrix<Exact> m(rows, cols);
                         for (Index i = 0; i < rows; ++i)

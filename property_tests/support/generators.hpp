@@ -28,9 +28,12 @@ struct ShapeLimits {
 };
 rc::Gen<Shape> gen_shape(ShapeLimits limits = {});
 
-// Entries n/4 with |n| <= 8: exact in bf16, fp16, float, double and ℚ alike.
-rc::Gen<Exact> gen_entry();
-rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols);
+// How entries are drawn. coarse: n/4 with |n| <= 8, exact in bf16, fp16, float, double and ℚ
+// alike, and small enough that exact arithmetic stays cheap. fine: n/2^22 with |n| < 2^22,
+// exact in float and double but with full-width mantissas, so that float forms really round.
+enum class Entries { coarse, fine };
+rc::Gen<Exact> gen_entry(Entries entries = Entries::coarse);
+rc::Gen<Matrix<Exact>> gen_matrix(Index rows, Index cols, Entries entries = Entries::coarse);
 
 }  // namespace deltaproof::testing
 

@@ -1,0 +1,42 @@
+// The subcommands of `deltaproof`, one function per (subcommand, op). main.cpp parses flags into
+// CaseOptions and dispatches; each op's commands live in tools/<op>_commands.cpp.
+// Every command returns the process exit code: 0 agree/pass, 1 disagree/fail, 2 bad input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace deltaproof::tools {
+
+// Largest head dims and length the command line accepts (the kernels' limit is 256 too).
+inline constexpr long max_head_dim = 256;
+inline constexpr long max_length = 65536;
+
+struct CaseOptions {
+  std::string op = "linear";        // --op
+  std::string impl = "reference";   // --impl reference|cuda
+  long length = 67;                 // --L
+  long chunk_size = 16;             // --C
+  long key_dim = 15;                // --dk
+  long value_dim = 9;               // --dv
+  std::uint64_t seed = 1;           // --seed
+  std::string scalar = "exact";     // --scalar exact|high|double|float (verify)
+  std::string form = "chunk";       // --form chunk|recurrent|parallel (gradcheck)
+  std::string step = "1e-20";       // --step, the central-difference step in High (gradcheck)
+  int digits = 25;                  // --digits: pass when the relative error is below 10^-digits
+  bool json = false;                // --json (gradcheck)
+  std::string schedule = "apply-update";  // --schedule update-apply|apply-update|single (masks)
+  long window = 0;                        // --window: sliding-window attention branch, 0 = none (masks)
+  std::string fast_weight = "linear";     // --fast-weight linear|swiglu (masks)
+};
+
+// Linear attention (tools/linear_attention_commands.cpp).
+int verify_linear_attention(const CaseOptions& options);
+int gradcheck_linear_attention(const CaseOptions& options);
+
+// TTT and LaCT (tools/ttt_commands.cpp, tools/lact_commands.cpp). For ttt, --C is the mini-batch size b.
+int verify_ttt(const CaseOptions& options);
+int verify_lact(const CaseOptions& options);
+int masks_lact(const CaseOptions& options);
+
+}  // namespace deltaproof::tools

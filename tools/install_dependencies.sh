@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what deltaproof builds against, from Debian 12's packages. Idempotent: safe to rerun.
+# CUDA is optional: kernels and GPU tests build when nvcc is on PATH (or in /usr/local/cuda/bin).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends \
+  build-essential cmake ninja-build pkg-config python3 \
+  libeigen3-dev libboost-dev libgmp-dev libmpfr-dev \
+  libgtest-dev librapidcheck-dev libbenchmark-dev libcli11-dev

@@ -1,0 +1,190 @@
+// `deltaproof verify|gradcheck --op linear`: every linear-attention form on one seeded case.
+#include "reference/linear_attention.hpp"
+#include "reference/random_inputs.hpp"
+#include "tools/commands.hpp"
+#include "tools/report.hpp"
+
+#include <iostream>
+
+namespace deltaproof::tools {
+namespace {
+
+namespace la = ref::linear_attention;
+using ref::Exact;
+using ref::High;
+using ref::Index;
+using ref::Matrix;
+
+struct ExactCase {
+  la::Inputs<Exact> inputs;
+  la::Cotangents<Exact> cotangents;
+};
+
+// Entries n/2^22 with |n| < 2^22: exact in float, double and ℚ, so all forms see the same inputs,
+// and wide enough that float and double forms really round.
+ExactCase make_case(const CaseOptions& o) {
+  ref::RandomDyadic random(o.seed);
+  constexpr int scale = 1 << 22;
+  auto draw = [&](Index rows, Index cols) { return random.matrix<Exact>(rows, cols, scale - 1, scale); };
+  ExactCase c;
+  c.inputs.q = draw(o.length, o.key_dim);
+  c.inputs.k = draw(o.length, o.key_dim);
+  c.inputs.v = draw(o.length, o.value_dim);
+  c.inputs.initial_state = draw(o.value_dim, o.key_dim);
+  c.cotangents.d_output = draw(o.length, o.value_dim);
+  c.cotangents.d_final_state = draw(o.value_dim, o.key_dim);
+  return c;
+}
+
+void print_header(const std::string& what, const CaseOptions& o) {
+  std::cout << "deltaproof " << what << ": linear attention, L=" << o.length << " C=" << o.chunk_size
+            << " DK=" << o.key_dim << " DV=" << o.value_dim << " seed=" << o.seed << "\n"
+            << "inputs: q, k, v, S_0, dO, dS_L with entries n/2^22, |n| < 2^22 (exact in float, double and Q)\n";
+}
+
+// One quantity of every form (in Scalar), compared in Exact: pairwise, and with the exact oracle.
+// Over ℚ a pair passes only when equal; in floating point, when inside the derived bound
+// (linear_attention.hpp: |form − exact| <= γ_m·form(|x|), so two forms differ by at most twice that).
+template <class Scalar>
+void add_rows(ComparisonTable& table, const std::string& quantity, const std::vector<std::string>& names,
+              const std::vector<Matrix<Scalar>>& values, const Matrix<Exact>& exact, const Matrix<Exact>& magnitude,
+              double gamma) {
+  std::vector<Matrix<Exact>> as_exact;
+  for (const auto& v : values) as_exact.push_back(ref::matrix_cast<Exact>(v));
+  const Matrix<Exact> one_bound = magnitude * Exact(gamma);
+  const Matrix<Exact> pair_bound = one_bound * Exact(2);
+  for (size_t a = 0; a < values.size(); ++a)
+    for (size_t b = a + 1; b < values.size(); ++b) {
+      const auto s = ref::is_exact_v<Scalar> ? ref::compare<Exact>(quantity, as_exact[b], as_exact[a])
+                                             : ref::compare<Exact>(quantity, as_exact[b], as_exact[a], pair_bound);
+      table.add(quantity, names[b], names[a], s, ref::is_exact_v<Scalar> ? s.exact_zero() : s.within_bound);
+    }
+  if constexpr (!ref::is_exact_v<Scalar>)
+    for (size_t a = 0; a < values.size(); ++a) {
+      const auto s = ref::compare<Exact>(quantity, as_exact[a], exact, one_bound);
+      table.add(quantity, names[a], "exact", s, s.within_bound);
+    }
+}
+
+template <class Scalar>
+int verify_in(const CaseOptions& o) {
+  print_header("verify", o);
+  std::cout << "scalar: " << ref::scalar_name<Scalar>() << "\n\n";
+  const ExactCase c = make_case(o);
+  const la::Inputs<Scalar> in = la::cast<Scalar>(c.inputs);
+  const la::Cotangents<Scalar> cot = la::cast<Scalar>(c.cotangents);
+  const double gamma = ref::gamma(la::rounding_depth(o.length, o.key_dim, o.value_dim), ref::unit_roundoff<Scalar>());
+  const std::vector<std::string> names = {"parallel", "recurrent", "chunkwise"};
+  const la::Form forms[] = {la::Form::parallel, la::Form::recurrent, la::Form::chunkwise};
+
+  std::vector<la::Forward<Scalar>> fwd;
+  std::vector<la::Gradients<Scalar>> bwd;
+  for (la::Form f : forms) {
+    fwd.push_back(la::forward(f, in, o.chunk_size));
+    bwd.push_back(la::backward(f, in, cot, o.chunk_size));
+  }
+  const auto exact_fwd = la::parallel_masked(c.inputs);
+  const auto exact_bwd = la::parallel_masked_backward(c.inputs, c.cotangents);
+  const auto mag_fwd = la::forward_magnitude(c.inputs);
+  const auto mag_bwd = la::backward_magnitude(c.inputs, c.cotangents);
+  auto pick = [](const auto& list, auto member) {
+    std::vector<Matrix<Scalar>> out;
+    for (const auto& x : list) out.push_back(x.*member);
+    return out;
+  };
+
+  ComparisonTable forward("forward (output o, final state S_L)");
+  add_rows(forward, "output", names, pick(fwd, &la::Forward<Scalar>::output), exact_fwd.output, mag_fwd.output, gamma);
+  add_rows(forward, "final state", names, pick(fwd, &la::Forward<Scalar>::final_state), exact_fwd.final_state,
+           mag_fwd.final_state, gamma);
+  ComparisonTable backward("backward (gradients of <dO, o> + <dS_L, S_L>)");
+  add_rows(backward, "dq", names, pick(bwd, &la::Gradients<Scalar>::dq), exact_bwd.dq, mag_bwd.dq, gamma);
+  add_rows(backward, "dk", names, pick(bwd, &la::Gradients<Scalar>::dk), exact_bwd.dk, mag_bwd.dk, gamma);
+  add_rows(backward, "dv", names, pick(bwd, &la::Gradients<Scalar>::dv), exact_bwd.dv, mag_bwd.dv, gamma);
+  add_rows(backward, "dS_0", names, pick(bwd, &la::Gradients<Scalar>::d_initial_state), exact_bwd.d_initial_state,
+           mag_bwd.d_initial_state, gamma);
+  forward.print(std::cout);
+  std::cout << "\n";
+  backward.print(std::cout);
+  const bool pass = forward.all_pass() && backward.all_pass();
+  if (!ref::is_exact_v<Scalar>)
+    std::cout << "\nbound: gamma_m(u) * form(|inputs|) elementwise, m = L + DK + DV + 4 = "
+              << la::rounding_depth(o.length, o.key_dim, o.value_dim) << ", u = " << ref::unit_roundoff<Scalar>()
+              << " (pairs of forms: twice that)\n";
+  std::cout << "\n" << (pass ? "all forms agree" : "FORMS DISAGREE") << "\n";
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+int verify_linear_attention(const CaseOptions& o) {
+  if (o.scalar == "exact") return verify_in<Exact>(o);
+  if (o.scalar == "high") return verify_in<High>(o);
+  if (o.scalar == "double") return verify_in<double>(o);
+  return verify_in<float>(o);
+}
+
+// Analytic gradients of one reference form against central differences in High, element by
+// element. An element passes when |fd − analytic| < 10^-digits · max(|analytic|, tensor scale),
+// where the tensor scale (its largest |analytic| entry) stands in for exact zeros.
+int gradcheck_linear_attention(const CaseOptions& o) {
+  const la::Form form = o.form == "parallel" ? la::Form::parallel
+                        : o.form == "recurrent" ? la::Form::recurrent : la::Form::chunkwise;
+  const ExactCase c = make_case(o);
+  const la::Inputs<High> in = la::cast<High>(c.inputs);
+  const auto analytic = la::params_of(la::backward(form, in, la::cast<High>(c.cotangents), o.chunk_size), true);
+  const High step(o.step);
+  const auto numeric = ref::central_difference_gradient(la::loss_of(form, o.chunk_size, c.cotangents), la::params_of(in), step);
+  const High tolerance = pow(High(10), -o.digits);
+
+  struct Row {
+    std::string tensor;
+    ref::ErrorSummary summary;
+    double worst_relative;
+    bool pass;
+  };
+  std::vector<Row> rows;
+  bool all_pass = true;
+  for (size_t p = 0; p < analytic.size(); ++p) {
+    const Matrix<High>& a = analytic[p].value;
+    const High scale = a.cwiseAbs().maxCoeff();
+    High worst(0);
+    for (Index i = 0; i < a.rows(); ++i)
+      for (Index j = 0; j < a.cols(); ++j) {
+        const High denom = std::max(abs(a(i, j)), scale);
+        if (denom > 0) worst = std::max(worst, High(abs(numeric[p].value(i, j) - a(i, j)) / denom));
+      }
+    const bool pass = worst < tolerance;
+    all_pass = all_pass && pass;
+    rows.push_back({analytic[p].name, ref::compare<High>(analytic[p].name, numeric[p].value, a), ref::to_double(worst), pass});
+  }
+
+  if (o.json) {
+    std::cout << "{\"op\": \"linear\", \"impl\": \"reference\", \"form\": " << json_string(o.form) << ", \"L\": " << o.length
+              << ", \"C\": " << o.chunk_size << ", \"dk\": " << o.key_dim << ", \"dv\": " << o.value_dim
+              << ", \"seed\": " << o.seed << ", \"step\": " << json_string(o.step) << ", \"digits\": " << o.digits
+              << ", \"scalar\": \"high (100 digits)\", \"rows\": [";
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& s = rows[r].summary;
+      std::cout << (r ? ", " : "") << "{\"tensor\": " << json_string(rows[r].tensor)
+                << ", \"max_abs\": " << json_number(s.max_abs) << ", \"max_rel\": " << json_number(rows[r].worst_relative)
+                << ", \"rms\": " << json_number(s.rms_abs) << ", \"worst_index\": [" << s.worst_row << ", "
+                << s.worst_col << "], \"pass\": " << (rows[r].pass ? "true" : "false") << "}";
+    }
+    std::cout << "], \"pass\": " << (all_pass ? "true" : "false") << "}\n";
+  } else {
+    print_header("gradcheck", o);
+    std::cout << "form: " << o.form << "; analytic backward vs central differences in High (100 digits), step "
+              << o.step << ", pass below 1e-" << o.digits << " relative\n\n";
+    std::printf("  %-6s %12s %12s %12s  %-12s %s\n", "tensor", "max abs", "max rel", "rms", "worst", "verdict");
+    for (const auto& r : rows) {
+      const std::string worst = "(" + std::to_string(r.summary.worst_row) + ", " + std::to_string(r.summary.worst_col) + ")";
+      std::printf("  %-6s %12.3e %12.3e %12.3e  %-12s %s\n", r.tensor.c_str(), r.summary.max_abs, r.worst_relative,
+                  r.summary.rms_abs, worst.c_str(), r.pass ? "pass" : "FAIL");
+    }
+    std::cout << "\n" << (all_pass ? "gradients agree" : "GRADIENTS DISAGREE") << "\n";
+  }
+  return all_pass ? 0 : 1;
+}
+
+}  // namespace deltaproof::tools

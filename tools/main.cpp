@@ -1,0 +1,141 @@
+// deltaproof: verify forms against each other, check gradients, over exact rationals and more.
+//
+//   deltaproof verify    [--op linear] [--L --C --dk --dv --seed] [--scalar exact|high|double|float]
+//   deltaproof gradcheck [--op linear] [--form chunk|recurrent|parallel] [--L --C --dk --dv --seed]
+//                        [--step 1e-20] [--digits 25] [--json]
+//   deltaproof verify    --op ttt|lact [--L --C --dk --dv --seed]      (TTT: --C is the mini-batch size b)
+//   deltaproof masks     [--schedule update-apply|apply-update|single] [--L --C --window]
+//                        [--fast-weight linear|swiglu] [--dk --dv --seed]
+//
+// Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
+#include "tools/commands.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <map>
+#include <string>
+
+namespace {
+
+using deltaproof::tools::CaseOptions;
+using Command = int (*)(const CaseOptions&);
+
+struct OpCommands {
+  Command verify = nullptr, gradcheck = nullptr;
+};
+
+// One entry per op; the CUDA variants are looked up separately under --impl cuda.
+const std::map<std::string, OpCommands>& reference_ops() {
+  static const std::map<std::string, OpCommands> ops = {
+      {"linear", {deltaproof::tools::verify_linear_attention, deltaproof::tools::gradcheck_linear_attention}},
+      {"ttt", {deltaproof::tools::verify_ttt, nullptr}},
+      {"lact", {deltaproof::tools::verify_lact, nullptr}},
+  };
+  return ops;
+}
+const std::map<std::string, OpCommands>& cuda_ops() {
+  static const std::map<std::string, OpCommands> ops = {};
+  return ops;
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, commands] : reference_ops()) names.push_back(name);
+  return names;
+}
+
+// The shape, seed and implementation flags every subcommand takes.
+void add_case_options(CLI::App& sub, CaseOptions& o) {
+  using deltaproof::tools::max_head_dim;
+  using deltaproof::tools::max_length;
+  sub.add_option("--op", o.op, "operation")->check(CLI::IsMember(op_names()))->capture_default_str();
+  sub.add_option("--impl", o.impl, "implementation under test")
+      ->check(CLI::IsMember({"reference", "cuda"}))->capture_default_str();
+  sub.add_option("--L", o.length, "sequence length")->check(CLI::Range(1L, max_length))->capture_default_str();
+  sub.add_option("--C", o.chunk_size, "chunk size")->check(CLI::Range(1L, max_length))->capture_default_str();
+  sub.add_option("--dk", o.key_dim, "key head dim")->check(CLI::Range(1L, max_head_dim))->capture_default_str();
+  sub.add_option("--dv", o.value_dim, "value head dim")->check(CLI::Range(1L, max_head_dim))->capture_default_str();
+  sub.add_option("--seed", o.seed, "seed of the random case")->capture_default_str();
+}
+
+int dispatch(const std::string& subcommand, const CaseOptions& o) {
+  const auto& table = o.impl == "cuda" ? cuda_ops() : reference_ops();
+  const auto entry = table.find(o.op);
+  const Command command = entry == table.end() ? nullptr
+                          : subcommand == "verify" ? entry->second.verify : entry->second.gradcheck;
+  if (!command) {
+    std::cerr << "deltaproof: --impl " << o.impl << ": no " << subcommand << " for --op " << o.op << " in this build\n";
+    return 2;
+  }
+  return command(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"deltaproof: exact verification of linear-attention forms and kernels"};
+  app.require_subcommand(1);
+  CaseOptions verify_options;
+  // Finite differences cost two forward passes per input element: a smaller default case.
+  CaseOptions gradcheck_options;
+  gradcheck_options.length = 20, gradcheck_options.chunk_size = 8, gradcheck_options.key_dim = 5,
+  gradcheck_options.value_dim = 4;
+
+  CLI::App* verify = app.add_subcommand("verify", "evaluate every form on one case and compare them pairwise");
+  add_case_options(*verify, verify_options);
+  verify->add_option("--scalar", verify_options.scalar, "scalar type of the forms")
+      ->check(CLI::IsMember({"exact", "high", "double", "float"}))->capture_default_str();
+
+  CLI::App* gradcheck = app.add_subcommand("gradcheck", "analytic gradients vs central differences in High");
+  add_case_options(*gradcheck, gradcheck_options);
+  gradcheck->add_option("--form", gradcheck_options.form, "form whose backward is checked")
+      ->check(CLI::IsMember({"chunk", "recurrent", "parallel"}))->capture_default_str();
+  gradcheck->add_option("--step", gradcheck_options.step, "central-difference step h (a decimal, 1e-60 <= h <= 1e-3)")
+      ->check([](const std::string& s) -> std::string {
+        try {
+          size_t used = 0;
+          const double h = std::stod(s, &used);
+          if (used == s.size() && h >= 1e-60 && h <= 1e-3) return "";
+        } catch (...) {}
+        return "Value " + s + " is not a decimal in [1e-60, 1e-3]";
+      })
+      ->capture_default_str();
+  gradcheck->add_option("--digits", gradcheck_options.digits, "pass when the relative error is below 10^-digits")
+      ->check(CLI::Range(1, 90))->capture_default_str();
+  gradcheck->add_flag("--json", gradcheck_options.json, "machine-readable output");
+
+  // LaCT dependency masks: a small default case, since the grid is L x L.
+  CaseOptions masks_options;
+  masks_options.op = "lact", masks_options.length = 12, masks_options.chunk_size = 4, masks_options.key_dim = 3,
+  masks_options.value_dim = 2;
+  CLI::App* masks = app.add_subcommand("masks", "LaCT dependency masks of a schedule: predicted vs measured, as grids");
+  masks->add_option("--schedule", masks_options.schedule, "LaCT schedule")
+      ->check(CLI::IsMember({"update-apply", "apply-update", "single"}))->capture_default_str();
+  masks->add_option("--L", masks_options.length, "sequence length")
+      ->check(CLI::Range(1L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--C", masks_options.chunk_size, "chunk size")
+      ->check(CLI::Range(1L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--window", masks_options.window, "sliding-window attention branch (0 = none)")
+      ->check(CLI::Range(0L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--fast-weight", masks_options.fast_weight, "fast-weight network")
+      ->check(CLI::IsMember({"linear", "swiglu"}))->capture_default_str();
+  masks->add_option("--dk", masks_options.key_dim, "key head dim")
+      ->check(CLI::Range(1L, deltaproof::tools::max_head_dim))->capture_default_str();
+  masks->add_option("--dv", masks_options.value_dim, "value head dim")
+      ->check(CLI::Range(1L, deltaproof::tools::max_head_dim))->capture_default_str();
+  masks->add_option("--seed", masks_options.seed, "seed of the random case")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "deltaproof: " << e.what() << "\n";
+    return 2;
+  }
+  if (masks->parsed()) return deltaproof::tools::masks_lact(masks_options);
+  return verify->parsed() ? dispatch("verify", verify_options) : dispatch("gradcheck", gradcheck_options);
+}
