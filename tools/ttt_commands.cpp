@@ -126,10 +126,10 @@ int verify_ttt(const CaseOptions& o) {
     add_exact(minibatch, "output", "dual b=1", "DeltaNet", one.output, delta.output);
   }
 
-  ComparisonTable mlp("TTT-MLP, f(x) = W2 gelu(W1 x), DH=" + std::to_string(mlp_hidden_dim) + ", b=" + bs + ", eta/(4 DK) (High)");
+  ComparisonTable mlp("TTT-MLP, f(x) = W2 gelu(W1 x), DH=" + std::to_string(mlp_hidden_dim) + ", b=" + bs + ", eta/(8 DK DV) (High)");
   {
-    // η/(4 DK): a smaller inner step keeps the two-layer loop from diverging on long cases.
-    const Vector<Exact> eta = in.learning_rate / Exact(4 * DK);
+    // η/(8 DK DV): a smaller inner step keeps the two-layer loop from diverging on long cases.
+    const Vector<Exact> eta = in.learning_rate / Exact(8 * DK * DV);
     const ttt::Inputs<High> high{ref::matrix_cast<High>(in.q), ref::matrix_cast<High>(in.k), ref::matrix_cast<High>(in.v),
                                  ref::matrix_cast<High>(Matrix<Exact>(eta)), std::nullopt};
     const ttt::MlpWeights<High> w{ref::matrix_cast<High>(random.matrix<Exact>(mlp_hidden_dim, DK)),
