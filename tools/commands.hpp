@@ -38,5 +38,9 @@ int gradcheck_linear_attention(const CaseOptions& options);
 int verify_ttt(const CaseOptions& options);
 int verify_lact(const CaseOptions& options);
 int masks_lact(const CaseOptions& options);
+// Linear attention on the CUDA kernels (tools/linear_attention_cuda_commands.cpp; CUDA builds only).
+// Without a device: one line on stderr, exit 2.
+int verify_linear_attention_cuda(const CaseOptions& options);
+int gradcheck_linear_attention_cuda(const CaseOptions& options);
 
 }  // namespace deltaproof::tools

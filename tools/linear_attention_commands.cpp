@@ -2,6 +2,7 @@
 #include "reference/linear_attention.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
+#include "tools/linear_attention_case.hpp"
 #include "tools/report.hpp"
 
 #include <iostream>
@@ -15,26 +16,7 @@ using ref::High;
 using ref::Index;
 using ref::Matrix;
 
-struct ExactCase {
-  la::Inputs<Exact> inputs;
-  la::Cotangents<Exact> cotangents;
-};
-
-// Entries n/2^22 with |n| < 2^22: exact in float, double and ℚ, so all forms see the same inputs,
-// and wide enough that float and double forms really round.
-ExactCase make_case(const CaseOptions& o) {
-  ref::RandomDyadic random(o.seed);
-  constexpr int scale = 1 << 22;
-  auto draw = [&](Index rows, Index cols) { return random.matrix<Exact>(rows, cols, scale - 1, scale); };
-  ExactCase c;
-  c.inputs.q = draw(o.length, o.key_dim);
-  c.inputs.k = draw(o.length, o.key_dim);
-  c.inputs.v = draw(o.length, o.value_dim);
-  c.inputs.initial_state = draw(o.value_dim, o.key_dim);
-  c.cotangents.d_output = draw(o.length, o.value_dim);
-  c.cotangents.d_final_state = draw(o.value_dim, o.key_dim);
-  return c;
-}
+using ExactCase = LinearAttentionCase;
 
 void print_header(const std::string& what, const CaseOptions& o) {
   std::cout << "deltaproof " << what << ": linear attention, L=" << o.length << " C=" << o.chunk_size
@@ -70,7 +52,7 @@ template <class Scalar>
 int verify_in(const CaseOptions& o) {
   print_header("verify", o);
   std::cout << "scalar: " << ref::scalar_name<Scalar>() << "\n\n";
-  const ExactCase c = make_case(o);
+  const ExactCase c = make_linear_attention_case(o);
   const la::Inputs<Scalar> in = la::cast<Scalar>(c.inputs);
   const la::Cotangents<Scalar> cot = la::cast<Scalar>(c.cotangents);
   const double gamma = ref::gamma(la::rounding_depth(o.length, o.key_dim, o.value_dim), ref::unit_roundoff<Scalar>());
@@ -130,7 +112,7 @@ int verify_linear_attention(const CaseOptions& o) {
 int gradcheck_linear_attention(const CaseOptions& o) {
   const la::Form form = o.form == "parallel" ? la::Form::parallel
                         : o.form == "recurrent" ? la::Form::recurrent : la::Form::chunkwise;
-  const ExactCase c = make_case(o);
+  const ExactCase c = make_linear_attention_case(o);
   const la::Inputs<High> in = la::cast<High>(c.inputs);
   const auto analytic = la::params_of(la::backward(form, in, la::cast<High>(c.cotangents), o.chunk_size), true);
   const High step(o.step);

@@ -35,7 +35,11 @@ const std::map<std::string, OpCommands>& reference_ops() {
   return ops;
 }
 const std::map<std::string, OpCommands>& cuda_ops() {
-  static const std::map<std::string, OpCommands> ops = {};
+  static const std::map<std::string, OpCommands> ops = {
+#ifdef DELTAPROOF_WITH_CUDA
+      {"linear", {deltaproof::tools::verify_linear_attention_cuda, deltaproof::tools::gradcheck_linear_attention_cuda}},
+#endif
+  };
   return ops;
 }
 

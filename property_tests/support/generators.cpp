@@ -15,7 +15,10 @@ rc::Gen<Shape> gen_shape(ShapeLimits limits) {
     const Index max_length = std::max<Index>(2, static_cast<Index>(limits.max_length * scale));
     const Index max_dim = std::max<Index>(1, static_cast<Index>(limits.max_dim * scale));
     const Index max_chunk = std::max<Index>(1, std::min(limits.max_chunk, max_length + 1));
-    return rc::gen::mapcat(rc::gen::inRange<Index>(1, max_chunk + 1), [=](Index chunk) {
+    // Mostly kernel-like chunk sizes (<= 64); one draw in four anywhere up to L + 1.
+    auto chunk_size = rc::gen::weightedOneOf<Index>({{3, rc::gen::inRange<Index>(1, std::min<Index>(64, max_chunk) + 1)},
+                                                     {1, rc::gen::inRange<Index>(1, max_chunk + 1)}});
+    return rc::gen::mapcat(chunk_size, [=](Index chunk) {
       // L relative to C: the edge cases, and anything up to the cap (C from 1 to L+1 follows).
       auto length = rc::gen::oneOf(rc::gen::element<Index>(1, 2, std::max<Index>(1, chunk - 1), chunk, chunk + 1),
                                    rc::gen::inRange<Index>(1, max_length + 1));

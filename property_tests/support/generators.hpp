@@ -24,7 +24,7 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);
 // Caps on the generated sizes; rapidcheck's size parameter (0..100) scales up to them, and
 // the regimes that break kernels (L ∈ {1, 2, C−1, C, C+1}, C > L, odd dims) come up often.
 struct ShapeLimits {
-  Index max_length = 200, max_dim = 40, max_chunk = 64;
+  Index max_length = 200, max_dim = 40, max_chunk = 201;  // C is capped at max_length + 1 as well
 };
 rc::Gen<Shape> gen_shape(ShapeLimits limits = {});
 

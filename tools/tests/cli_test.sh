@@ -48,6 +48,17 @@ expect_bad_input --scalar verify --scalar quad
 expect_bad_input --step gradcheck --step -1
 expect_bad_input --form gradcheck --form sideways
 
+# --impl cuda (linear attention): with a device the kernels agree with the oracle; without one
+# (CI), or in a build without nvcc, one line naming --impl and exit 2.
+if nvidia-smi -L >/dev/null 2>&1; then
+  expect_exit 0 verify --impl cuda --L 40 --C 16 --dk 9 --dv 5
+  expect_exit 0 gradcheck --impl cuda --L 20 --C 16 --dk 5 --dv 4
+  expect_bad_input --C verify --impl cuda --C 8
+else
+  expect_bad_input --impl verify --impl cuda
+  expect_bad_input --impl gradcheck --impl cuda
+fi
+
 rm -f /tmp/deltaproof_cli_out.$$ /tmp/deltaproof_cli_err.$$
 [ "$failures" -eq 0 ] && echo "cli: all checks passed" || echo "cli: $failures checks failed"
 exit $((failures > 0))

@@ -1,0 +1,792 @@
+// Additive linear attention kernels. See linear_attention.h for the API and NOTES.md for the
+// versions, their times and the roofline.
+//
+// One kernel shape serves the whole chunkwise family: a *pass* scans the chunks of one sequence,
+//   out_[c] = Q_[c] S_[c]ᵀ + (Q_[c] K_[c]ᵀ ⊙ M) V_[c],   S_[c+1] = S_[c] + V_[c]ᵀ K_[c],
+// with the state tile of a block of value columns held on chip for the whole sequence.
+// The backward is three passes of the same kernel with other operands (reference/
+// linear_attention.hpp, chunkwise_backward, rewritten):
+//   dQ = dO S_[c] + (dO Vᵀ ⊙ M) K         forward pass, q'=dO, k'=V,  v'=K,  S'_0 = S_0ᵀ
+//   dK = V G_[c+1] + (V dOᵀ ⊙ Mᵀ) Q       reversed pass, q'=V, k'=dO, v'=Q,  S'_0 = dS_Lᵀ
+//   dV = K G_[c+1]ᵀ + (K Qᵀ ⊙ Mᵀ) dO      reversed pass, q'=K, k'=Q,  v'=dO, S'_0 = dS_L, S'_L = dS_0
+// A reversed pass reads tokens from the end (token L−1−t), so Mᵀ becomes the causal mask and the
+// state it carries is G, the gradient of the state after the chunk.
+#include "cuda/linear_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+namespace deltaproof::cuda::linear_attention {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Element conversions (accumulation in A: float, or double for fp64 inputs)
+
+template <class A> __device__ __forceinline__ A to_acc(float x) { return x; }
+template <class A> __device__ __forceinline__ A to_acc(double x) { return x; }
+template <class A> __device__ __forceinline__ A to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class A> __device__ __forceinline__ A to_acc(__half x) { return __half2float(x); }
+
+template <class T> __device__ __forceinline__ T from_acc(float x);
+template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
+template <class T> __device__ __forceinline__ T from_acc(double x) { return x; }
+
+// One scan over the chunks of every (batch, head) sequence. Token t of the pass is token
+// L−1−t of the tensors when `reversed`.
+struct Pass {
+  const void* q; const void* k; const void* v; void* out;
+  Strides q_s, k_s, v_s, out_s;
+  // State (value rows × key cols of the pass) with full strides, so that a transposed state is free.
+  const void* s0; std::int64_t s0_b, s0_h, s0_r, s0_c;
+  void* s_final; std::int64_t sf_b, sf_h, sf_r, sf_c;
+  void* boundary;  // packed [B, H, N, value_dim, key_dim], or null
+  int batch, heads, length, key_dim, value_dim, chunk_size;
+  bool reversed;
+  PlantedBug bug;
+};
+
+// Chunk count and causal mask, with the planted bugs that break them.
+__device__ __forceinline__ int chunk_count(const Pass& p, int C) {
+  return p.bug == PlantedBug::dropped_partial_chunk ? p.length / C : (p.length + C - 1) / C;
+}
+__device__ __forceinline__ bool in_mask(const Pass& p, int i, int j) {
+  return p.bug == PlantedBug::strict_causal_mask ? j < i : j <= i;
+}
+__device__ __forceinline__ bool reads_initial(const Pass& p) { return p.s0 && p.bug != PlantedBug::lost_initial_state; }
+
+__device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
+
+// ---------------------------------------------------------------------------------------
+// Generic pass: any dtype, key_dim ≤ 256, any value_dim; CUDA cores, accumulation in A.
+// Block = (32 value columns of one head); 256 threads. Shared memory (in A):
+//   S [32][K+1] state tile · Qs, Ks [C][33] key slabs · Vt [C][32] · As [C][C] scores.
+// Summation order per entry: scores and Q Sᵀ over the key dim in order, then the masked
+// scores times V over the chunk in order; the state adds one token at a time (an FMA chain).
+
+constexpr int kGenericThreads = 256, kGenericTileV = 32, kGenericSlab = 32;
+
+template <class A>
+std::size_t generic_smem_bytes(int key_dim, int chunk) {
+  return sizeof(A) * (std::size_t(kGenericTileV) * (key_dim + 1) + 2 * std::size_t(chunk) * (kGenericSlab + 1) +
+                      std::size_t(chunk) * kGenericTileV + std::size_t(chunk) * chunk);
+}
+
+template <class T, class A, int C>
+__global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
+  constexpr int TV = kGenericTileV, KS = kGenericSlab, NT = kGenericThreads;
+  constexpr int kOutPerThread = C * TV / NT, kScorePerThread = (C * C + NT - 1) / NT;
+  const int tid = threadIdx.x;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int v0 = blockIdx.x * TV;
+  const int K = p.key_dim, V = p.value_dim, L = p.length, Kp = K + 1;
+
+  extern __shared__ unsigned char smem_raw[];
+  A* S = reinterpret_cast<A*>(smem_raw);  // [TV][Kp]
+  A* Qs = S + TV * Kp;                     // [C][KS+1]
+  A* Ks = Qs + C * (KS + 1);               // [C][KS+1]
+  A* Vt = Ks + C * (KS + 1);               // [C][TV]
+  A* As = Vt + C * TV;                     // [C][C]
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
+  T* out = static_cast<T*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+
+  for (int e = tid; e < TV * K; e += NT) {
+    const int r = e / K, c = e % K;
+    A s = 0;
+    if (reads_initial(p) && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
+    S[r * Kp + c] = s;
+  }
+
+  const int chunks = chunk_count(p, C);
+  for (int n = 0; n < chunks; ++n) {
+    const int t0 = n * C, cn = min(C, L - t0);
+    for (int e = tid; e < C * TV; e += NT) {
+      const int j = e / TV, c = e % TV;
+      Vt[e] = (j < cn && v0 + c < V) ? to_acc<A>(v[token_row(p, t0 + j) * p.v_s.row + v0 + c]) : A(0);
+    }
+    A out_acc[kOutPerThread], score_acc[kScorePerThread];
+    for (int r = 0; r < kOutPerThread; ++r) out_acc[r] = 0;
+    for (int r = 0; r < kScorePerThread; ++r) score_acc[r] = 0;
+
+    for (int s0 = 0; s0 < K; s0 += KS) {
+      const int width = min(KS, K - s0);
+      __syncthreads();  // the previous slab's readers are done
+      for (int e = tid; e < C * KS; e += NT) {
+        const int i = e / KS, kk = e % KS;
+        const bool in = i < cn && kk < width;
+        const std::int64_t row = in ? token_row(p, t0 + i) : 0;
+        Qs[i * (KS + 1) + kk] = in ? to_acc<A>(q[row * p.q_s.row + s0 + kk]) : A(0);
+        Ks[i * (KS + 1) + kk] = in ? to_acc<A>(k[row * p.k_s.row + s0 + kk]) : A(0);
+      }
+      __syncthreads();
+      for (int r = 0; r < kScorePerThread; ++r) {
+        const int idx = tid + r * NT, i = idx / C, j = idx % C;
+        if (idx < C * C && in_mask(p, i, j))
+          for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
+      }
+      for (int r = 0; r < kOutPerThread; ++r) {
+        const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+        for (int kk = 0; kk < width; ++kk) out_acc[r] = fma(Qs[i * (KS + 1) + kk], S[c * Kp + s0 + kk], out_acc[r]);
+      }
+      __syncthreads();  // Q Sᵀ has read this slab of S: now it may change
+      for (int e = tid; e < TV * KS; e += NT) {
+        const int c = e / KS, kk = e % KS;
+        if (kk >= width) continue;
+        A s = S[c * Kp + s0 + kk];
+        if (p.boundary && v0 + c < V)
+          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
+        for (int j = 0; j < cn; ++j) s = fma(Vt[j * TV + c], Ks[j * (KS + 1) + kk], s);
+        S[c * Kp + s0 + kk] = s;
+      }
+    }
+    for (int r = 0; r < kScorePerThread; ++r) {
+      const int idx = tid + r * NT;
+      if (idx < C * C) As[idx] = in_mask(p, idx / C, idx % C) ? score_acc[r] : A(0);
+    }
+    __syncthreads();
+    for (int r = 0; r < kOutPerThread; ++r) {
+      const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+      for (int j = 0; j <= i; ++j) out_acc[r] = fma(As[i * C + j], Vt[j * TV + c], out_acc[r]);
+      if (i < cn && v0 + c < V) out[token_row(p, t0 + i) * p.out_s.row + v0 + c] = from_acc<T>(out_acc[r]);
+    }
+    __syncthreads();  // Vt and As are rewritten by the next chunk
+  }
+  if (p.s_final)
+    for (int e = tid; e < TV * K; e += NT) {
+      const int r = e / K, c = e % K;
+      if (v0 + r < V)
+        static_cast<A*>(p.s_final)[b * p.sf_b + h * p.sf_h + (v0 + r) * p.sf_r + c * p.sf_c] = S[r * Kp + c];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode: the token recurrence, streaming the state once through registers.
+// A warp owns kDecodeRows state rows; lane l holds columns l, l+32, … (NC of them).
+// o_r = Σ_c S_rc q_c: each lane sums its NC columns in order, then a butterfly over the warp
+// (the same tree every run: deterministic).
+
+constexpr int kDecodeWarps = 4, kDecodeRows = 8;
+
+// Column j of lane l: l + 32·j (any DK), or 4·l + j when kFourPerLane (DK = 128, fp32 state,
+// 16-byte aligned rows): one 16-byte access per row per lane.
+template <int NC, bool kFourPerLane>
+__device__ __forceinline__ int decode_column(int lane, int j) {
+  return kFourPerLane ? lane * 4 + j : lane + 32 * j;
+}
+
+template <class T, class A, int NC, bool kFourPerLane>
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p, PlantedBug bug) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int row0 = (blockIdx.x * kDecodeWarps + warp) * kDecodeRows;
+  const int K = p.key_dim, V = p.value_dim;
+  const A* s_in = static_cast<const A*>(p.initial_state);
+  A* s_out = static_cast<A*>(p.final_state);
+  const std::int64_t in_base = b * p.initial_state_strides.batch + h * p.initial_state_strides.head;
+  const std::int64_t out_base = b * p.final_state_strides.batch + h * p.final_state_strides.head;
+  const bool read_state = s_in && bug != PlantedBug::lost_initial_state;
+
+  A s[kDecodeRows][NC];
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if constexpr (kFourPerLane) {
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (read_state && row < V)
+        x = *reinterpret_cast<const float4*>(s_in + in_base + row * p.initial_state_strides.row + lane * 4);
+      s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        s[r][j] = (read_state && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
+      }
+    }
+  }
+  const T* q = static_cast<const T*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
+  T* o = static_cast<T*>(p.output) + b * p.output_strides.batch + h * p.output_strides.head;
+  for (int t = 0; t < p.tokens; ++t) {
+    A kc[NC], qc[NC];
+    for (int j = 0; j < NC; ++j) {
+      const int col = decode_column<NC, kFourPerLane>(lane, j);
+      kc[j] = col < K ? to_acc<A>(k[t * p.k_strides.row + col]) : A(0);
+      qc[j] = col < K ? to_acc<A>(q[t * p.q_strides.row + col]) : A(0);
+    }
+    for (int r = 0; r < kDecodeRows; ++r) {
+      const int row = row0 + r;
+      const A vr = row < V ? to_acc<A>(v[t * p.v_strides.row + row]) : A(0);
+      A partial = 0;
+      for (int j = 0; j < NC; ++j) {
+        if (bug == PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
+        s[r][j] = fma(vr, kc[j], s[r][j]);
+        if (bug != PlantedBug::decode_reads_stale_state) partial = fma(s[r][j], qc[j], partial);
+      }
+      for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
+      if (lane == 0 && row < V) o[t * p.output_strides.row + row] = from_acc<T>(partial);
+    }
+  }
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if (row >= V) continue;
+    if constexpr (kFourPerLane) {
+      *reinterpret_cast<float4*>(s_out + out_base + row * p.final_state_strides.row + lane * 4) =
+          make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        if (col < K) s_out[out_base + row * p.final_state_strides.row + col] = s[r][j];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core pass (bf16 inputs, key_dim ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
+// Block = 64 value columns of one head, 8 warps, ≈79 KB shared memory (two blocks per SM).
+// The fp32 state tile lives in registers as mma accumulators: warp w owns state rows
+// 16·(w%4).. +15 and key columns 64·(w/4).. +63.
+// The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
+// as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
+// relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). P never leaves
+// registers: the accumulator layout of two adjacent n8 tiles is the A-operand layout of one k16
+// step (as in FlashAttention-2). Per chunk: copy Q, K, V in (cp.async) while each warp writes its
+// state rows to shared memory as hi/lo; one barrier; scores, output and state update; one barrier.
+
+using bf16 = __nv_bfloat16;
+constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcTileV = 64, kTcKeyDim = 128;
+constexpr int kTcStateKeys = kTcKeyDim / 2;  // key columns of the state each warp owns
+constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8;  // padded rows: ldmatrix without bank conflicts
+
+struct TcLayout {
+  static constexpr std::size_t shi = 0, slo = shi + kTcTileV * kTcLd * 2, qs = slo + kTcTileV * kTcLd * 2,
+                               ks = qs + 64 * kTcLd * 2, vs = ks + 64 * kTcLd * 2, bytes = vs + 64 * kTcVLd * 2;
+};
+
+__device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+
+// d += a·b for one 16×8 tile (k = 16).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned pack_bf16(float lo_half, float hi_half) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+// x = hi + lo (+ 2⁻¹⁶|x|) for a pair of values; `single` plants the bug of dropping lo.
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo, bool single) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  hi = *reinterpret_cast<const unsigned*>(&h);
+  lo = single ? 0u : pack_bf16(x0 - __low2float(h), x1 - __high2float(h));
+}
+
+// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// Rows [t0, t0+cn) of a bf16 matrix into shared [64][ld], columns [col0, col0+cols), zero outside.
+__device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, std::int64_t row_stride, const Pass& p,
+                                         int t0, int cn, int col0, int cols, int valid_cols, bool vec) {
+  if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
+    const int groups = cols / 8;
+    for (int e = threadIdx.x; e < 64 * groups; e += kTcThreads) {
+      const int i = e / groups, c = (e % groups) * 8;
+      const bool valid = i < cn && col0 + c < valid_cols;
+      copy_async_16(dst + i * ld + c, valid ? src + token_row(p, t0 + i) * row_stride + col0 + c : src, valid);
+    }
+  } else {
+    for (int e = threadIdx.x; e < 64 * cols; e += kTcThreads) {
+      const int i = e / cols, c = e % cols;
+      dst[i * ld + c] = (i < cn && col0 + c < valid_cols) ? src[token_row(p, t0 + i) * row_stride + col0 + c]
+                                                          : __float2bfloat16_rn(0.f);
+    }
+  }
+}
+
+template <int C>
+__global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool vec) {
+  constexpr int kRowBlocks = C / 16;                        // 16-row blocks of a chunk
+  constexpr int kColumnGroups = kTcWarps / kRowBlocks < 4 ? kTcWarps / kRowBlocks : 4;  // warps per row block
+  constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
+  constexpr int kScoreTiles = C / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [64][kTcLd] state rows (value) × key
+  bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
+  bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [64][kTcLd] chunk rows × key
+  bf16* Ks = reinterpret_cast<bf16*>(smem + TcLayout::ks);
+  bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [64][kTcVLd] chunk rows × value tile
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int v0 = blockIdx.x * kTcTileV;
+  const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int k_steps = (K + 15) / 16;
+  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
+  const int state_rows = 16 * (warp % 4), state_key0 = kTcStateKeys * (warp / 4);
+  const int out_col0 = column_group * (kTcTileV / kColumnGroups);
+  const bool single = p.bug == PlantedBug::single_bf16_operands;
+
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
+  bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+
+  // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
+  float S[kTcStateKeys / 8][4];
+  const int s_row0 = v0 + state_rows + g;
+#pragma unroll
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      S[n][x] = (reads_initial(p) && row < V && col < K)
+                    ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + row * p.s0_r + col * p.s0_c]
+                    : 0.f;
+    }
+
+  const int chunks = chunk_count(p, C);
+  for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
+    const int t0 = n_chunk * C, cn = min(C, L - t0);
+    // 1. Copy the chunk in; publish S_[c] as hi + lo (and expose it when asked).
+    load_tile(Qs, kTcLd, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Ks, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Vs, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
+        unsigned hi, lo;
+        split_pair(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
+        *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
+        *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
+        if (p.boundary && v0 + r < V)
+          for (int x = 0; x < 2; ++x)
+            if (c + x < K)
+              static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
+                                              std::int64_t(v0 + r) * K + c + x] = S[n][2 * half + x];
+      }
+    copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
+    __syncthreads();
+
+    // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal), and
+    //    O = Q (S_hi + S_lo)ᵀ for its output columns, sharing the Q fragments.
+    if (computes_output) {
+      float P[kScoreTiles][4], O[kOutTiles][4];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+      const int i0 = 16 * row_block;
+#pragma unroll
+      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, Qs + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; n += 2) {
+          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
+          unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
+          ldmatrix_x4(bk, Ks + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(P[n], a, bk[0], bk[1]);
+          mma_bf16(P[n + 1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
+          const int key = kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];
+          ldmatrix_x4(bh, Shi + c * kTcLd + key);
+          ldmatrix_x4(bl, Slo + c * kTcLd + key);
+          mma_bf16(O[n], a, bh[0], bh[1]);
+          mma_bf16(O[n + 1], a, bh[2], bh[3]);
+          mma_bf16(O[n], a, bl[0], bl[1]);
+          mma_bf16(O[n + 1], a, bl[2], bl[3]);
+        }
+      }
+      // 3. Causal mask, P = hi + lo in A-operand layout, then O += (P_hi + P_lo) V.
+      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
+          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
+        }
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj > row_block) break;
+        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
+        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bv, Vs + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_bf16(O[n], ah, bv[0], bv[1]);
+          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
+          mma_bf16(O[n], al, bv[0], bv[1]);
+          mma_bf16(O[n + 1], al, bv[2], bv[3]);
+        }
+      }
+      // 4. Store this warp's output tile, rounded to bf16.
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
+          if (i >= cn) continue;
+          bf16* dst = out + token_row(p, t0 + i) * p.out_s.row + c;
+          if (vec) {
+            if (c < V) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
+          } else {
+            if (c < V) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+            if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+          }
+        }
+    }
+    // 5. State update of this warp's rows: S += Vᵀ K over the chunk.
+#pragma unroll
+    for (int jj = 0; jj < kRowBlocks; ++jj) {
+      if (jj * 16 >= cn) break;  // zero rows add nothing
+      unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
+      ldmatrix_x4_trans(a, Vs + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
+        unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
+        ldmatrix_x4_trans(bk, Ks + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        mma_bf16(S[n], a, bk[0], bk[1]);
+        mma_bf16(S[n + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();  // Q, K, V and S_hi/lo are rewritten by the next chunk
+  }
+  if (p.s_final)
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+        if (row < V && col < K)
+          static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + row * p.sf_r + col * p.sf_c] = S[n][x];
+      }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: validation, pass construction, dispatch.
+
+PlantedBug planted_bug = PlantedBug::none;
+
+bool is_supported_chunk(int c) {
+  for (int s : supported_chunk_sizes)
+    if (c == s) return true;
+  return false;
+}
+
+void require_dtype(DType d) {
+  require_argument(d == DType::f32 || d == DType::f64 || d == DType::bf16 || d == DType::f16, "dtype",
+                   "must be fp32, fp64, bf16 or fp16");
+}
+
+void require_sizes(int batch, int heads, int length, const char* length_name, int key_dim, int value_dim) {
+  require_argument(batch >= 1, "batch", "must be >= 1");
+  require_argument(heads >= 1, "heads", "must be >= 1");
+  require_argument(std::int64_t{batch} * heads <= 65535, "batch*heads", "must be <= 65535 (one grid row per head)");
+  require_argument(length >= 1, length_name, "must be >= 1");
+  require_argument(key_dim >= 1 && key_dim <= max_head_dim, "key_dim", "must be in 1..256");
+  require_argument(value_dim >= 1 && value_dim <= max_head_dim, "value_dim", "must be in 1..256");
+}
+
+// Strides that keep every (b, h, i, j) apart: rows inside heads inside batches.
+void require_strides(const Strides& s, int heads, int rows, int cols, const std::string& name) {
+  require_argument(s.row >= cols, name + "_strides.row", "must be >= the column count " + std::to_string(cols));
+  require_argument(s.head >= (std::int64_t{rows} - 1) * s.row + cols, name + "_strides.head", "must be >= (rows-1)*row + cols");
+  require_argument(s.batch >= (std::int64_t{heads} - 1) * s.head + (std::int64_t{rows} - 1) * s.row + cols,
+                   name + "_strides.batch", "must be >= (heads-1)*head + (rows-1)*row + cols");
+}
+
+void require_tensor(const void* pointer, DType dtype, const std::string& name) {
+  require_device_pointer(pointer, name);
+  require_aligned(pointer, size_of(dtype), name);
+}
+void require_optional_tensor(const void* pointer, DType dtype, const std::string& name) {
+  if (pointer) require_tensor(pointer, dtype, name);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool multiple_of_8(const Strides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0; }
+
+template <class A>
+Pass make_pass(const void* q, Strides qs, const void* k, Strides ks, const void* v, Strides vs, void* out, Strides os,
+               int batch, int heads, int length, int key_dim, int value_dim, int chunk, bool reversed) {
+  Pass p{};
+  p.q = q, p.k = k, p.v = v, p.out = out;
+  p.q_s = qs, p.k_s = ks, p.v_s = vs, p.out_s = os;
+  p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim, p.value_dim = value_dim;
+  p.chunk_size = chunk, p.reversed = reversed;
+  p.bug = planted_bug;
+  return p;
+}
+
+void set_initial(Pass& p, const void* s0, const Strides& s, bool transposed) {
+  p.s0 = s0;
+  p.s0_b = s.batch, p.s0_h = s.head;
+  p.s0_r = transposed ? 1 : s.row;
+  p.s0_c = transposed ? s.row : 1;
+}
+void set_final(Pass& p, void* sf, const Strides& s) {
+  p.s_final = sf;
+  p.sf_b = s.batch, p.sf_h = s.head, p.sf_r = s.row, p.sf_c = 1;
+}
+
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const Pass& p,
+            const std::string& name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "cudaFuncSetAttribute for " + name);
+  kernel<<<grid, threads, smem, stream>>>(p);
+  check_launch(name);
+}
+
+template <class T, class A>
+void run_generic(const Pass& p, cudaStream_t stream) {
+  const dim3 grid((p.value_dim + kGenericTileV - 1) / kGenericTileV, p.batch * p.heads);
+  const std::size_t smem = generic_smem_bytes<A>(p.key_dim, p.chunk_size);
+  switch (p.chunk_size) {
+    case 16: launch(pass_generic<T, A, 16>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=16>"); break;
+    case 32: launch(pass_generic<T, A, 32>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=32>"); break;
+    default: launch(pass_generic<T, A, 64>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=64>"); break;
+  }
+}
+
+template <int C>
+void launch_tensor_core(const Pass& p, bool vec, cudaStream_t stream) {
+  const std::string name = "linear_attention pass_tensor_core<C=" + std::to_string(C) + ">";
+  constexpr std::size_t smem = TcLayout::bytes;
+  check(cudaFuncSetAttribute(pass_tensor_core<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "cudaFuncSetAttribute for " + name);
+  const dim3 grid((p.value_dim + kTcTileV - 1) / kTcTileV, p.batch * p.heads);
+  pass_tensor_core<C><<<grid, kTcThreads, smem, stream>>>(p, vec);
+  check_launch(name);
+}
+
+void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
+  if (uses_tensor_cores(dtype, p.key_dim, p.value_dim)) {
+    switch (p.chunk_size) {
+      case 16: launch_tensor_core<16>(p, vec, stream); break;
+      case 32: launch_tensor_core<32>(p, vec, stream); break;
+      default: launch_tensor_core<64>(p, vec, stream); break;
+    }
+    return;
+  }
+  switch (dtype) {
+    case DType::f32: run_generic<float, float>(p, stream); break;
+    case DType::f64: run_generic<double, double>(p, stream); break;
+    case DType::bf16: run_generic<__nv_bfloat16, float>(p, stream); break;
+    case DType::f16: run_generic<__half, float>(p, stream); break;
+  }
+}
+
+}  // namespace
+
+void plant_bug(PlantedBug bug) { planted_bug = bug; }
+
+bool uses_tensor_cores(DType dtype, int key_dim, int value_dim) {
+  return dtype == DType::bf16 && key_dim <= kTcKeyDim && value_dim <= kTcKeyDim;
+}
+
+void set_contiguous_strides(ForwardParams& p) {
+  p.q_strides = p.k_strides = contiguous(p.heads, p.length, p.key_dim);
+  p.v_strides = p.output_strides = contiguous(p.heads, p.length, p.value_dim);
+  p.initial_state_strides = p.final_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
+}
+void set_contiguous_strides(BackwardParams& p) {
+  p.q_strides = p.k_strides = p.dq_strides = p.dk_strides = contiguous(p.heads, p.length, p.key_dim);
+  p.v_strides = p.d_output_strides = p.dv_strides = contiguous(p.heads, p.length, p.value_dim);
+  p.initial_state_strides = p.d_final_state_strides = p.d_initial_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
+}
+void set_contiguous_strides(DecodeParams& p) {
+  p.q_strides = p.k_strides = contiguous(p.heads, p.tokens, p.key_dim);
+  p.v_strides = p.output_strides = contiguous(p.heads, p.tokens, p.value_dim);
+  p.initial_state_strides = p.final_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
+}
+
+// Order: everything that needs no CUDA call first (dtype, sizes, chunk size, strides, null
+// pointers), then device-pointer and alignment checks.
+void validate(const ForwardParams& p) {
+  require_dtype(p.dtype);
+  require_sizes(p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  require_argument(is_supported_chunk(p.chunk_size), "chunk_size", "must be 16, 32 or 64");
+  require_strides(p.q_strides, p.heads, p.length, p.key_dim, "q");
+  require_strides(p.k_strides, p.heads, p.length, p.key_dim, "k");
+  require_strides(p.v_strides, p.heads, p.length, p.value_dim, "v");
+  require_strides(p.output_strides, p.heads, p.length, p.value_dim, "output");
+  if (p.initial_state) require_strides(p.initial_state_strides, p.heads, p.value_dim, p.key_dim, "initial_state");
+  if (p.final_state) require_strides(p.final_state_strides, p.heads, p.value_dim, p.key_dim, "final_state");
+  for (auto [ptr, name] : {std::pair{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {static_cast<const void*>(p.output), "output"}})
+    require_argument(ptr != nullptr, name, "must not be null");
+  require_tensor(p.q, p.dtype, "q");
+  require_tensor(p.k, p.dtype, "k");
+  require_tensor(p.v, p.dtype, "v");
+  require_tensor(p.output, p.dtype, "output");
+  require_optional_tensor(p.initial_state, state_dtype(p.dtype), "initial_state");
+  require_optional_tensor(p.final_state, state_dtype(p.dtype), "final_state");
+  require_optional_tensor(p.boundary_states, state_dtype(p.dtype), "boundary_states");
+}
+
+void validate(const BackwardParams& p) {
+  require_dtype(p.dtype);
+  require_sizes(p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  require_argument(is_supported_chunk(p.chunk_size), "chunk_size", "must be 16, 32 or 64");
+  require_strides(p.q_strides, p.heads, p.length, p.key_dim, "q");
+  require_strides(p.k_strides, p.heads, p.length, p.key_dim, "k");
+  require_strides(p.v_strides, p.heads, p.length, p.value_dim, "v");
+  require_strides(p.d_output_strides, p.heads, p.length, p.value_dim, "d_output");
+  require_strides(p.dq_strides, p.heads, p.length, p.key_dim, "dq");
+  require_strides(p.dk_strides, p.heads, p.length, p.key_dim, "dk");
+  require_strides(p.dv_strides, p.heads, p.length, p.value_dim, "dv");
+  if (p.initial_state) require_strides(p.initial_state_strides, p.heads, p.value_dim, p.key_dim, "initial_state");
+  if (p.d_final_state) require_strides(p.d_final_state_strides, p.heads, p.value_dim, p.key_dim, "d_final_state");
+  if (p.d_initial_state) require_strides(p.d_initial_state_strides, p.heads, p.value_dim, p.key_dim, "d_initial_state");
+  for (auto [ptr, name] : {std::pair{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.d_output, "d_output"},
+                           {static_cast<const void*>(p.dq), "dq"}, {static_cast<const void*>(p.dk), "dk"},
+                           {static_cast<const void*>(p.dv), "dv"}})
+    require_argument(ptr != nullptr, name, "must not be null");
+  require_tensor(p.q, p.dtype, "q");
+  require_tensor(p.k, p.dtype, "k");
+  require_tensor(p.v, p.dtype, "v");
+  require_tensor(p.d_output, p.dtype, "d_output");
+  require_tensor(p.dq, p.dtype, "dq");
+  require_tensor(p.dk, p.dtype, "dk");
+  require_tensor(p.dv, p.dtype, "dv");
+  require_optional_tensor(p.initial_state, state_dtype(p.dtype), "initial_state");
+  require_optional_tensor(p.d_final_state, state_dtype(p.dtype), "d_final_state");
+  require_optional_tensor(p.d_initial_state, state_dtype(p.dtype), "d_initial_state");
+}
+
+void validate(const DecodeParams& p) {
+  require_dtype(p.dtype);
+  require_sizes(p.batch, p.heads, p.tokens, "tokens", p.key_dim, p.value_dim);
+  require_strides(p.q_strides, p.heads, p.tokens, p.key_dim, "q");
+  require_strides(p.k_strides, p.heads, p.tokens, p.key_dim, "k");
+  require_strides(p.v_strides, p.heads, p.tokens, p.value_dim, "v");
+  require_strides(p.output_strides, p.heads, p.tokens, p.value_dim, "output");
+  require_strides(p.final_state_strides, p.heads, p.value_dim, p.key_dim, "final_state");
+  if (p.initial_state) require_strides(p.initial_state_strides, p.heads, p.value_dim, p.key_dim, "initial_state");
+  if (p.initial_state == p.final_state)  // in place: each entry is read, then written, by one thread
+    require_argument(p.initial_state_strides.batch == p.final_state_strides.batch &&
+                         p.initial_state_strides.head == p.final_state_strides.head &&
+                         p.initial_state_strides.row == p.final_state_strides.row,
+                     "initial_state_strides", "must equal final_state_strides when the state is updated in place");
+  for (auto [ptr, name] : {std::pair{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {static_cast<const void*>(p.output), "output"},
+                           {static_cast<const void*>(p.final_state), "final_state"}})
+    require_argument(ptr != nullptr, name, "must not be null");
+  require_tensor(p.q, p.dtype, "q");
+  require_tensor(p.k, p.dtype, "k");
+  require_tensor(p.v, p.dtype, "v");
+  require_tensor(p.output, p.dtype, "output");
+  require_tensor(p.final_state, state_dtype(p.dtype), "final_state");
+  require_optional_tensor(p.initial_state, state_dtype(p.dtype), "initial_state");
+}
+
+void forward(const ForwardParams& fp, cudaStream_t stream) {
+  validate(fp);
+  Pass p = make_pass<float>(fp.q, fp.q_strides, fp.k, fp.k_strides, fp.v, fp.v_strides, fp.output, fp.output_strides,
+                            fp.batch, fp.heads, fp.length, fp.key_dim, fp.value_dim, fp.chunk_size, false);
+  set_initial(p, fp.initial_state, fp.initial_state_strides, false);
+  set_final(p, fp.final_state, fp.final_state_strides);
+  p.boundary = fp.boundary_states;
+  const bool vec = fp.key_dim % 8 == 0 && fp.value_dim % 8 == 0 && aligned16(fp.q) && aligned16(fp.k) && aligned16(fp.v) &&
+                   aligned16(fp.output) && multiple_of_8(fp.q_strides) && multiple_of_8(fp.k_strides) &&
+                   multiple_of_8(fp.v_strides) && multiple_of_8(fp.output_strides);
+  run_pass(p, fp.dtype, vec, stream);
+}
+
+void backward(const BackwardParams& bp, cudaStream_t stream) {
+  validate(bp);
+  const int B = bp.batch, H = bp.heads, L = bp.length, DK = bp.key_dim, DV = bp.value_dim, C = bp.chunk_size;
+  const bool vec = DK % 8 == 0 && DV % 8 == 0 && aligned16(bp.q) && aligned16(bp.k) && aligned16(bp.v) &&
+                   aligned16(bp.d_output) && aligned16(bp.dq) && aligned16(bp.dk) && aligned16(bp.dv) &&
+                   multiple_of_8(bp.q_strides) && multiple_of_8(bp.k_strides) && multiple_of_8(bp.v_strides) &&
+                   multiple_of_8(bp.d_output_strides) && multiple_of_8(bp.dq_strides) && multiple_of_8(bp.dk_strides) &&
+                   multiple_of_8(bp.dv_strides);
+  // dQ = dO S_[c] + (dO Vᵀ ⊙ M) K: forward pass over (dO, V, K) with state Sᵀ.
+  Pass dq = make_pass<float>(bp.d_output, bp.d_output_strides, bp.v, bp.v_strides, bp.k, bp.k_strides, bp.dq,
+                             bp.dq_strides, B, H, L, DV, DK, C, false);
+  set_initial(dq, bp.initial_state, bp.initial_state_strides, true);
+  set_final(dq, nullptr, {});
+  dq.boundary = nullptr;
+  run_pass(dq, bp.dtype, vec, stream);
+  // dK = V G + (V dOᵀ ⊙ Mᵀ) Q: reversed pass over (V, dO, Q) with state Gᵀ, G starting at dS_L.
+  Pass dk = make_pass<float>(bp.v, bp.v_strides, bp.d_output, bp.d_output_strides, bp.q, bp.q_strides, bp.dk,
+                             bp.dk_strides, B, H, L, DV, DK, C, true);
+  set_initial(dk, bp.d_final_state, bp.d_final_state_strides, true);
+  set_final(dk, nullptr, {});
+  dk.boundary = nullptr;
+  run_pass(dk, bp.dtype, vec, stream);
+  // dV = K Gᵀ + (K Qᵀ ⊙ Mᵀ) dO: reversed pass over (K, Q, dO) with state G; its final state is dS_0.
+  Pass dv = make_pass<float>(bp.k, bp.k_strides, bp.q, bp.q_strides, bp.d_output, bp.d_output_strides, bp.dv,
+                             bp.dv_strides, B, H, L, DK, DV, C, true);
+  set_initial(dv, bp.d_final_state, bp.d_final_state_strides, false);
+  set_final(dv, bp.d_initial_state, bp.d_initial_state_strides);
+  dv.boundary = nullptr;
+  run_pass(dv, bp.dtype, vec, stream);
+}
+
+namespace {
+template <class T, class A>
+void run_decode(const DecodeParams& p, cudaStream_t stream) {
+  const dim3 grid((p.value_dim + kDecodeWarps * kDecodeRows - 1) / (kDecodeWarps * kDecodeRows), p.batch * p.heads);
+  const int columns_per_lane = (p.key_dim + 31) / 32;
+  const std::string name = "linear_attention decode_kernel";
+  const auto aligned_rows = [](const void* s, const Strides& st) {
+    return s == nullptr || (reinterpret_cast<std::uintptr_t>(s) % 16 == 0 && st.batch % 4 == 0 && st.head % 4 == 0 && st.row % 4 == 0);
+  };
+  const bool four_per_lane = std::is_same_v<A, float> && p.key_dim == 128 &&
+                             aligned_rows(p.initial_state, p.initial_state_strides) &&
+                             aligned_rows(p.final_state, p.final_state_strides);
+  if (four_per_lane) decode_kernel<T, A, 4, true><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 1) decode_kernel<T, A, 1, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 2) decode_kernel<T, A, 2, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else if (columns_per_lane <= 4) decode_kernel<T, A, 4, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  else decode_kernel<T, A, 8, false><<<grid, kDecodeWarps * 32, 0, stream>>>(p, planted_bug);
+  check_launch(name);
+}
+}  // namespace
+
+void decode(const DecodeParams& p, cudaStream_t stream) {
+  validate(p);
+  switch (p.dtype) {
+    case DType::f32: run_decode<float, float>(p, stream); break;
+    case DType::f64: run_decode<double, double>(p, stream); break;
+    case DType::bf16: run_decode<__nv_bfloat16, float>(p, stream); break;
+    case DType::f16: run_decode<__half, float>(p, stream); break;
+  }
+}
+
+}  // namespace deltaproof::cuda::linear_attention

@@ -1,0 +1,115 @@
+// Additive linear attention on the GPU: host API (no Eigen, no Boost; nvcc compiles it).
+//
+//   S_t = S_{t-1} + v_t k_tᵀ,   o_t = S_t q_t,   S ∈ R^{DV×DK} (value-by-key)
+//
+// Three launchers, each validating every argument before anything runs:
+//   decode    — the token recurrence over T new tokens, state in and out (fp32, fp64 for fp64)
+//   forward   — chunkwise form (article's Equation 4), optionally exposing the boundary states S_[c]
+//   backward  — dQ, dK, dV, dS_0 from dO and an optional incoming dS_L
+// Tensors are [B, H, rows, cols] with the column stride 1 and explicit batch/head/row strides
+// in elements (`contiguous(...)` fills them for a packed tensor). Inputs, outputs and gradients
+// share one dtype; states are always in the accumulation type (fp64 for fp64 inputs, else fp32).
+// Bad arguments throw std::invalid_argument naming the argument (nothing is launched, no output
+// touched); CUDA failures throw cuda::CudaError carrying the kernel's name.
+#pragma once
+
+#include "cuda/check.hpp"
+#include "cuda/types.hpp"
+
+#include <cstdint>
+
+namespace deltaproof::cuda::linear_attention {
+
+// Where entry (b, h, i, j) lives: data + b*batch + h*head + i*row + j (in elements).
+struct Strides {
+  std::int64_t batch = 0, head = 0, row = 0;
+};
+inline Strides contiguous(int heads, int rows, int cols) {
+  return {std::int64_t{heads} * rows * cols, std::int64_t{rows} * cols, cols};
+}
+
+// The chunk sizes the chunkwise kernels are built for, and the largest head dim.
+inline constexpr int supported_chunk_sizes[] = {16, 32, 64};
+inline constexpr int max_head_dim = 256;
+
+// The dtype of states for inputs of `dtype`: fp64 for fp64, fp32 otherwise.
+inline DType state_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+struct ForwardParams {
+  DType dtype = DType::bf16;  // q, k, v, output
+  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0, chunk_size = 64;
+  const void* q = nullptr;  // [B, H, L, DK]
+  const void* k = nullptr;  // [B, H, L, DK]
+  const void* v = nullptr;  // [B, H, L, DV]
+  void* output = nullptr;   // [B, H, L, DV]
+  Strides q_strides, k_strides, v_strides, output_strides;
+  const void* initial_state = nullptr;  // [B, H, DV, DK] state dtype; null means S_0 = 0
+  void* final_state = nullptr;          // [B, H, DV, DK] state dtype; null: not written
+  Strides initial_state_strides, final_state_strides;
+  // [B, H, N, DV, DK] packed, state dtype, N = ceil(L / C): S_[c] before chunk c. Null: not written
+  // (it exists for tests; it costs a write of every state).
+  void* boundary_states = nullptr;
+};
+
+struct BackwardParams {
+  DType dtype = DType::bf16;  // q, k, v, d_output, dq, dk, dv
+  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0, chunk_size = 64;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* d_output = nullptr;  // [B, H, L, DV]
+  void* dq = nullptr;              // [B, H, L, DK]
+  void* dk = nullptr;              // [B, H, L, DK]
+  void* dv = nullptr;              // [B, H, L, DV]
+  Strides q_strides, k_strides, v_strides, d_output_strides, dq_strides, dk_strides, dv_strides;
+  const void* initial_state = nullptr;    // [B, H, DV, DK]; null means S_0 = 0
+  const void* d_final_state = nullptr;    // [B, H, DV, DK]; null means dS_L = 0
+  void* d_initial_state = nullptr;        // [B, H, DV, DK]; null: not written
+  Strides initial_state_strides, d_final_state_strides, d_initial_state_strides;
+};
+
+struct DecodeParams {
+  DType dtype = DType::bf16;  // q, k, v, output
+  int batch = 0, heads = 0, tokens = 1, key_dim = 0, value_dim = 0;
+  const void* q = nullptr;  // [B, H, T, DK]
+  const void* k = nullptr;  // [B, H, T, DK]
+  const void* v = nullptr;  // [B, H, T, DV]
+  void* output = nullptr;   // [B, H, T, DV]
+  Strides q_strides, k_strides, v_strides, output_strides;
+  const void* initial_state = nullptr;  // [B, H, DV, DK]; null means S_0 = 0; may equal final_state (in place)
+  void* final_state = nullptr;          // [B, H, DV, DK], required
+  Strides initial_state_strides, final_state_strides;
+};
+
+// Whether the chunkwise passes of these inputs run on tensor cores (bf16 with both head dims
+// <= 128) rather than the generic CUDA-core kernel; tests choose their rounding bound by it.
+bool uses_tensor_cores(DType dtype, int key_dim, int value_dim);
+
+// Packed strides for every tensor of a params struct (the common case).
+void set_contiguous_strides(ForwardParams& p);
+void set_contiguous_strides(BackwardParams& p);
+void set_contiguous_strides(DecodeParams& p);
+
+// Validation alone (what the launchers call first); throws std::invalid_argument.
+void validate(const ForwardParams& p);
+void validate(const BackwardParams& p);
+void validate(const DecodeParams& p);
+
+// Planted bugs (DESIGN.md, numerical policy 5): the GPU suite proves it can fail by running its
+// properties on kernels broken on purpose. Process-wide and host-side: taken by later launches.
+// Never set outside tests.
+enum class PlantedBug {
+  none,
+  strict_causal_mask,        // scores keep j < i only: the diagonal token is dropped
+  dropped_partial_chunk,     // the last chunk is skipped when L % C != 0
+  lost_initial_state,        // S_0 (and, in the backward, dS_L) read as zero
+  single_bf16_operands,      // tensor-core pass feeds S and P as one bf16 each (no lo part)
+  decode_reads_stale_state,  // decode outputs S_{t-1} q_t instead of S_t q_t
+};
+void plant_bug(PlantedBug bug);
+
+void forward(const ForwardParams& p, cudaStream_t stream = nullptr);
+void backward(const BackwardParams& p, cudaStream_t stream = nullptr);
+void decode(const DecodeParams& p, cudaStream_t stream = nullptr);
+
+}  // namespace deltaproof::cuda::linear_attention
