@@ -27,6 +27,14 @@ bool normalizing_options_allowed(const LactCase& c) {
   return std::min({c.shape.key_dim, c.shape.value_dim, c.hidden_dim}) >= 2;
 }
 
+// SwiGLU's update is cubic in the weights, so with η up to 1 they can grow doubly exponentially
+// over the chunks, until the late updates absorb the early ones in 100-digit rounding and a
+// perturbation measures a gap that is not structural. η/8 keeps the weights moderate.
+LactCase with_small_rates(LactCase c) {
+  c.learning_rate /= 8;
+  return c;
+}
+
 lact::Options<High> random_high_options(const LactCase& c) {
   const bool allowed = normalizing_options_allowed(c);
   return {c.schedule, c.shape.chunk_size, c.window, High(c.momentum), allowed && *rc::gen::arbitrary<bool>(),
@@ -34,7 +42,7 @@ lact::Options<High> random_high_options(const LactCase& c) {
 }
 
 RC_GTEST_PROP(LactMasks, PerturbationMatchesPredictionForSwiGluWithWindow, ()) {
-  const auto c = *gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true});
+  const auto c = with_small_rates(*gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true}));
   check_perturbation_mask(c, random_high_options(c));
 }
 
@@ -51,7 +59,8 @@ Pairs measured_shifted_gaps(LactCase c, Index window, bool weight_norm = false, 
   c.schedule = lact::Schedule::ApplyThenUpdate;
   c.window = window;
   const lact::Options<High> opt{c.schedule, c.shape.chunk_size, window, High(c.momentum), weight_norm, orthogonalize};
-  const auto measured = lact::measure_dependencies_by_perturbation<lact::SwiGluFastWeight>(c.swiglu_inputs(), opt);
+  const auto measured =
+      lact::measure_dependencies_by_perturbation<lact::SwiGluFastWeight>(with_small_rates(c).swiglu_inputs(), opt);
   return lact::causal_gaps(measured);
 }
 
