@@ -29,12 +29,19 @@ struct CaseOptions {
   std::string beta = "random";      // --beta: "random" (p/8 per token) or a decimal in [0, 1]
   std::string alpha = "random";     // --alpha: "random" (p/8 per token) or a decimal in (0, 1]
   std::string keys = "small";       // --keys small (‖k‖ < 1) | unnormalized (entries up to 4)
+  std::string schedule = "apply-update";  // --schedule update-apply|apply-update|single (masks)
+  long window = 0;                        // --window: sliding-window attention branch, 0 = none (masks)
+  std::string fast_weight = "linear";     // --fast-weight linear|swiglu (masks)
 };
 
 // Linear attention (tools/linear_attention_commands.cpp).
 int verify_linear_attention(const CaseOptions& options);
 int gradcheck_linear_attention(const CaseOptions& options);
 
+// TTT and LaCT (tools/ttt_commands.cpp, tools/lact_commands.cpp). For ttt, --C is the mini-batch size b.
+int verify_ttt(const CaseOptions& options);
+int verify_lact(const CaseOptions& options);
+int masks_lact(const CaseOptions& options);
 // Linear attention on the CUDA kernels (tools/linear_attention_cuda_commands.cpp; CUDA builds only).
 // Without a device: one line on stderr, exit 2.
 int verify_linear_attention_cuda(const CaseOptions& options);

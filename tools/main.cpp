@@ -4,6 +4,9 @@
 //   deltaproof gradcheck [--op linear|delta|gated-delta] [--form chunk|recurrent|parallel] [--L --C --dk --dv --seed]
 //                        [--step 1e-20] [--digits 25] [--json]
 //   delta ops also take [--beta random|x in [0,1]] [--alpha random|x in (0,1]] [--keys small|unnormalized]
+//   deltaproof verify    --op ttt|lact [--L --C --dk --dv --seed]      (TTT: --C is the mini-batch size b)
+//   deltaproof masks     [--schedule update-apply|apply-update|single] [--L --C --window]
+//                        [--fast-weight linear|swiglu] [--dk --dv --seed]
 //
 // Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
 #include "tools/commands.hpp"
@@ -29,6 +32,8 @@ const std::map<std::string, OpCommands>& reference_ops() {
       {"linear", {deltaproof::tools::verify_linear_attention, deltaproof::tools::gradcheck_linear_attention}},
       {"delta", {deltaproof::tools::verify_delta_rule, deltaproof::tools::gradcheck_delta_rule}},
       {"gated-delta", {deltaproof::tools::verify_gated_delta_rule, deltaproof::tools::gradcheck_gated_delta_rule}},
+      {"ttt", {deltaproof::tools::verify_ttt, nullptr}},
+      {"lact", {deltaproof::tools::verify_lact, nullptr}},
   };
   return ops;
 }
@@ -135,6 +140,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 90))->capture_default_str();
   gradcheck->add_flag("--json", gradcheck_options.json, "machine-readable output");
 
+  // LaCT dependency masks: a small default case, since the grid is L x L.
+  CaseOptions masks_options;
+  masks_options.op = "lact", masks_options.length = 12, masks_options.chunk_size = 4, masks_options.key_dim = 3,
+  masks_options.value_dim = 2;
+  CLI::App* masks = app.add_subcommand("masks", "LaCT dependency masks of a schedule: predicted vs measured, as grids");
+  masks->add_option("--schedule", masks_options.schedule, "LaCT schedule")
+      ->check(CLI::IsMember({"update-apply", "apply-update", "single"}))->capture_default_str();
+  masks->add_option("--L", masks_options.length, "sequence length")
+      ->check(CLI::Range(1L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--C", masks_options.chunk_size, "chunk size")
+      ->check(CLI::Range(1L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--window", masks_options.window, "sliding-window attention branch (0 = none)")
+      ->check(CLI::Range(0L, deltaproof::tools::max_length))->capture_default_str();
+  masks->add_option("--fast-weight", masks_options.fast_weight, "fast-weight network")
+      ->check(CLI::IsMember({"linear", "swiglu"}))->capture_default_str();
+  masks->add_option("--dk", masks_options.key_dim, "key head dim")
+      ->check(CLI::Range(1L, deltaproof::tools::max_head_dim))->capture_default_str();
+  masks->add_option("--dv", masks_options.value_dim, "value head dim")
+      ->check(CLI::Range(1L, deltaproof::tools::max_head_dim))->capture_default_str();
+  masks->add_option("--seed", masks_options.seed, "seed of the random case")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -145,5 +171,6 @@ int main(int argc, char** argv) {
     std::cerr << "deltaproof: " << e.what() << "\n";
     return 2;
   }
+  if (masks->parsed()) return deltaproof::tools::masks_lact(masks_options);
   return verify->parsed() ? dispatch("verify", verify_options) : dispatch("gradcheck", gradcheck_options);
 }

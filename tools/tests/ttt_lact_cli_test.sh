@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Command-line contract of `deltaproof verify --op ttt|lact` and `deltaproof masks`.
+# Usage: ttt_lact_cli_test.sh PATH_TO_DELTAPROOF
+set -u
+bin="$1"
+out=/tmp/deltaproof_ttt_cli_out.$$
+err=/tmp/deltaproof_ttt_cli_err.$$
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+expect_exit() {
+  local code="$1"; shift
+  "$bin" "$@" >"$out" 2>"$err"
+  local got=$?
+  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code"
+}
+
+# Bad input: exit 2, exactly one line on stderr naming the flag, nothing on stdout.
+expect_bad_input() {
+  local flag="$1"; shift
+  expect_exit 2 "$@"
+  [ ! -s "$out" ] || fail "deltaproof $* printed to stdout"
+  [ "$(wc -l <"$err")" -eq 1 ] || fail "deltaproof $* printed $(wc -l <"$err") lines on stderr"
+  grep -q -- "$flag" "$err" || fail "deltaproof $*: error does not name $flag: $(cat "$err")"
+}
+
+expect_exit 0 verify --op ttt --L 13 --C 4 --dk 3 --dv 2
+grep -q "all TTT equivalences hold" "$out" || fail "verify --op ttt does not report agreement"
+grep -E "^  output +GD 1/2\|Sk-v\|\^2 vs DeltaNet +0 +0 " "$out" >/dev/null || fail "verify --op ttt: no exact DeltaNet row"
+expect_exit 0 verify --op lact --L 13 --C 4 --dk 3 --dv 2
+grep -q "all LaCT equivalences hold" "$out" || fail "verify --op lact does not report agreement"
+
+# Shifted LaCT + window: W >= C leaves no causal gap, W < C leaves the named one.
+expect_exit 0 masks --schedule apply-update --L 8 --C 4 --window 2 --fast-weight swiglu
+grep -q "causal gaps (j <= i not influencing i): (2,0) (3,0) (3,1) (6,4) (7,4) (7,5)$" "$out" || fail "masks W=2 < C=4: gap not named"
+grep -q "measured mask equals the prediction" "$out" || fail "masks W=2: measured differs"
+expect_exit 0 masks --schedule apply-update --L 8 --C 4 --window 4
+grep -q "causal gaps (j <= i not influencing i): none" "$out" || fail "masks W=C=4 leaves a causal gap"
+for s in update-apply apply-update single; do
+  expect_exit 0 masks --schedule "$s" --L 7 --C 3
+  grep -q "exactly nonzero Jacobian blocks over Q" "$out" || fail "masks --schedule $s: not measured over Q"
+done
+
+expect_bad_input --C verify --op ttt --C 0
+expect_bad_input --C masks --C 0
+expect_bad_input --window masks --window -1
+expect_bad_input --schedule masks --schedule sideways
+expect_bad_input --fast-weight masks --fast-weight mlp
+expect_bad_input --L masks --L 0
+expect_bad_input --scalar verify --op ttt --scalar double
+expect_bad_input --op gradcheck --op lact
+
+rm -f "$out" "$err"
+[ "$failures" -eq 0 ] && echo "cli ttt/lact: all checks passed" || echo "cli ttt/lact: $failures checks failed"
+exit $((failures > 0))
