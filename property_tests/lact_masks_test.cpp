@@ -16,7 +16,7 @@ namespace {
 using Pairs = std::vector<std::pair<Index, Index>>;
 
 RC_GTEST_PROP(LactMasks, ExactJacobianBlocksMatchPrediction, ()) {
-  check_exact_mask(*gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true}));
+  check_exact_mask(*gen_lact_case({.shape = {.max_length = 20, .max_dim = 3, .max_chunk = 8}, .positive = true}));
 }
 
 // Weight normalization and Newton–Schulz keep only a direction: on a weight with a single column
@@ -42,7 +42,7 @@ lact::Options<High> random_high_options(const LactCase& c) {
 }
 
 RC_GTEST_PROP(LactMasks, PerturbationMatchesPredictionForSwiGluWithWindow, ()) {
-  const auto c = with_small_rates(*gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true}));
+  const auto c = with_small_rates(*gen_lact_case({.shape = {.max_length = 20, .max_dim = 3, .max_chunk = 8}, .positive = true}));
   check_perturbation_mask(c, random_high_options(c));
 }
 
@@ -66,7 +66,7 @@ Pairs measured_shifted_gaps(LactCase c, Index window, bool weight_norm = false, 
 
 // W >= C: the window covers every earlier token of the own chunk; nothing causal is missed.
 RC_GTEST_PROP(LactMasks, ShiftedWithWindowAtLeastChunkHasNoCausalGap, ()) {
-  const auto c = *gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true});
+  const auto c = *gen_lact_case({.shape = {.max_length = 20, .max_dim = 3, .max_chunk = 8}, .positive = true});
   const Index window = c.shape.chunk_size + *rc::gen::inRange<Index>(0, 3);
   const bool allowed = normalizing_options_allowed(c);
   const Pairs gaps = measured_shifted_gaps(c, window, allowed && *rc::gen::arbitrary<bool>(), allowed && *rc::gen::arbitrary<bool>());
@@ -75,7 +75,7 @@ RC_GTEST_PROP(LactMasks, ShiftedWithWindowAtLeastChunkHasNoCausalGap, ()) {
 
 // W < C: a gap remains, exactly the pairs (i, j) with j in i's chunk and i − j >= W.
 RC_GTEST_PROP(LactMasks, ShiftedWithWindowBelowChunkLeavesTheNamedGap, ()) {
-  auto c = *gen_lact_case({.shape = {.max_length = 16, .max_dim = 3, .max_chunk = 7}, .positive = true});
+  auto c = *gen_lact_case({.shape = {.max_length = 20, .max_dim = 3, .max_chunk = 8}, .positive = true});
   c.shape.chunk_size = std::max<Index>(2, c.shape.chunk_size);
   RC_PRE(c.shape.length >= c.shape.chunk_size);  // at least one full chunk, so the gap is not empty
   const Index window = *rc::gen::inRange<Index>(0, c.shape.chunk_size);

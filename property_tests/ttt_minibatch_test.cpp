@@ -11,7 +11,7 @@ namespace {
 using ref::High;
 
 RC_GTEST_PROP(TttMiniBatch, PrimalEqualsDualOverRationals, ()) {
-  const auto c = *gen_ttt_case({.max_length = 40, .max_dim = 6, .max_chunk = 16});
+  const auto c = *gen_ttt_case({.max_length = 64, .max_dim = 8, .max_chunk = 20});
   check_minibatch_primal_equals_dual<ttt::SquaredBinding>(c);
   check_minibatch_primal_equals_dual<ttt::NegativeDot>(c);
 }
