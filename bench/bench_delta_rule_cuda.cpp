@@ -164,7 +164,7 @@ void BM_DeltaRuleScanSlice(benchmark::State& state) {
 void BM_DeltaRuleDecode(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), T = 1;
   const bool gated = state.range(1) != 0;
-  const std::size_t tokens = std::size_t{B} * kHeads * T, states = std::size_t{B} * kHeads * kDim * kDim;
+  const std::size_t tokens = static_cast<std::size_t>(B) * kHeads * T, states = static_cast<std::size_t>(B) * kHeads * kDim * kDim;
   struct Set {
     void *q, *k, *v, *beta, *gate, *o, *s;
   };
