@@ -17,6 +17,7 @@
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
 #include "reference/gradcheck.hpp"
+#include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
 
 #include <optional>
@@ -46,11 +47,8 @@ struct Inputs {
   }
 };
 
-template <class Scalar>
-struct Forward {
-  Matrix<Scalar> output;       // (L, DV)
-  Matrix<Scalar> final_state;  // (DV, DK)
-};
+// Output (L, DV) and final state (DV, DK): the same pair as linear attention's.
+using linear_attention::Forward;
 
 // diag(s) X: row i of X scaled by s_i.
 template <class Scalar, class Rows>
@@ -416,11 +414,8 @@ ChunkwiseForward<Scalar> parallel_wy(const Inputs<Scalar>& in, ChunkOptions opti
 // ---------------------------------------------------------------------------------------
 // Backward paths. Each returns dL for L = <dO, O> + <dS_L, S_L>.
 
-template <class Scalar>
-struct Cotangents {
-  Matrix<Scalar> d_output;                      // (L, DV)
-  std::optional<Matrix<Scalar>> d_final_state;  // (DV, DK); absent means 0
-};
+// Incoming gradients on the output and (optionally) the final state, as in linear attention.
+using linear_attention::Cotangents;
 
 template <class Scalar>
 struct Gradients {
@@ -555,20 +550,9 @@ Inputs<To> cast(const Inputs<From>& in) {
   return out;
 }
 
-template <class To, class From>
-Cotangents<To> cast(const Cotangents<From>& cot) {
-  Cotangents<To> out{matrix_cast<To>(cot.d_output), std::nullopt};
-  if (cot.d_final_state) out.d_final_state = matrix_cast<To>(*cot.d_final_state);
-  return out;
-}
-
-// L = <dO, O> + <dS_L, S_L>: the scalar whose gradient every backward path returns.
-template <class Scalar>
-Scalar pairing(const Forward<Scalar>& out, const Cotangents<Scalar>& cot) {
-  Scalar value = frobenius_inner(cot.d_output, out.output);
-  if (cot.d_final_state) value += frobenius_inner(*cot.d_final_state, out.final_state);
-  return value;
-}
+// Cotangents' cast and L = <dO, O> + <dS_L, S_L> are linear attention's.
+using linear_attention::cast;
+using linear_attention::pairing;
 
 // The differentiable inputs as a named list (q, k, v, β as an (L, 1) matrix, S_0 when given), and back.
 template <class Scalar>
