@@ -248,26 +248,31 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 }
 
 // ---------------------------------------------------------------------------------------
-// Tensor-core pass (bf16 inputs, key_dim ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
-// Block = 64 value columns of one head, 8 warps, ≈79 KB shared memory (two blocks per SM).
-// The fp32 state tile lives in registers as mma accumulators: warp w owns state rows
-// 16·(w%4).. +15 and key columns 64·(w/4).. +63.
+// Tensor-core pass (bf16 inputs, head dims ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
+// Block = one head (all 128 value columns), 16 warps, ≈170 KB shared memory, one block per SM:
+// Q and K are read once per head and the scores are shared by every value column.
+// The fp32 state lives in registers as mma accumulators: warp w owns state rows 16·(w%8).. +15
+// and key columns 64·(w/8).. +63.
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
 // single cast would add (bound: reference/linear_attention_kernel_bound.hpp). P never leaves
 // registers: the accumulator layout of two adjacent n8 tiles is the A-operand layout of one k16
-// step (as in FlashAttention-2). Per chunk: copy Q, K, V in (cp.async) while each warp writes its
-// state rows to shared memory as hi/lo; one barrier; scores, output and state update; one barrier.
+// step (as in FlashAttention-2). Q, K, V are double-buffered: chunk c+1 is copied in (cp.async)
+// while chunk c is computed. Per chunk: each warp writes its state rows to shared memory as
+// hi/lo; wait for chunk c's copy; one barrier; scores, output and state update; one barrier.
 
 using bf16 = __nv_bfloat16;
-constexpr int kTcWarps = 8, kTcThreads = 32 * kTcWarps, kTcTileV = 64, kTcKeyDim = 128;
-constexpr int kTcStateKeys = kTcKeyDim / 2;  // key columns of the state each warp owns
+constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcTileV = 128, kTcKeyDim = 128;
+constexpr int kTcStateRowBlocks = kTcTileV / 16;                      // 16-row slices of the state
+constexpr int kTcStateKeys = kTcKeyDim * kTcStateRowBlocks / kTcWarps;  // key columns of the state each warp owns
 constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8;  // padded rows: ldmatrix without bank conflicts
 
+// Byte offsets; Q, K and V have two buffers each (chunk c and c+1).
 struct TcLayout {
+  static constexpr std::size_t key_tile = 64 * kTcLd * 2, value_tile = 64 * kTcVLd * 2;
   static constexpr std::size_t shi = 0, slo = shi + kTcTileV * kTcLd * 2, qs = slo + kTcTileV * kTcLd * 2,
-                               ks = qs + 64 * kTcLd * 2, vs = ks + 64 * kTcLd * 2, bytes = vs + 64 * kTcVLd * 2;
+                               ks = qs + 2 * key_tile, vs = ks + 2 * key_tile, bytes = vs + 2 * value_tile;
 };
 
 __device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -304,7 +309,10 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
 __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most `pending` of this thread's committed copy groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(pending)); }
 
 // Rows [t0, t0+cn) of a bf16 matrix into shared [64][ld], columns [col0, col0+cols), zero outside.
 __device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, std::int64_t row_stride, const Pass& p,
@@ -326,17 +334,18 @@ __device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, st
 }
 
 template <int C>
-__global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool vec) {
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool vec) {
   constexpr int kRowBlocks = C / 16;                        // 16-row blocks of a chunk
-  constexpr int kColumnGroups = kTcWarps / kRowBlocks < 4 ? kTcWarps / kRowBlocks : 4;  // warps per row block
+  constexpr int kMaxGroups = kTcTileV / 16;                 // each group keeps ≥ 2 output tiles
+  constexpr int kColumnGroups = kTcWarps / kRowBlocks < kMaxGroups ? kTcWarps / kRowBlocks : kMaxGroups;  // warps per row block
   constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
   constexpr int kScoreTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [64][kTcLd] state rows (value) × key
+  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcTileV][kTcLd] state rows (value) × key
   bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
-  bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [64][kTcLd] chunk rows × key
+  bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [2][64][kTcLd] chunk rows × key
   bf16* Ks = reinterpret_cast<bf16*>(smem + TcLayout::ks);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [64][kTcVLd] chunk rows × value tile
+  bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [2][64][kTcVLd] chunk rows × value tile
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
@@ -344,8 +353,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
   const int K = p.key_dim, V = p.value_dim, L = p.length;
   const int k_steps = (K + 15) / 16;
   const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
-  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
-  const int state_rows = 16 * (warp % 4), state_key0 = kTcStateKeys * (warp / 4);
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 8 warps to the state alone
+  const int state_rows = 16 * (warp % kTcStateRowBlocks), state_key0 = kTcStateKeys * (warp / kTcStateRowBlocks);
   const int out_col0 = column_group * (kTcTileV / kColumnGroups);
   const bool single = p.bug == PlantedBug::single_bf16_operands;
 
@@ -368,12 +377,23 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
     }
 
   const int chunks = chunk_count(p, C);
+  // Copy chunk n into buffer n % 2 (one commit group per chunk).
+  const auto copy_chunk = [&](int n) {
+    const int t0 = n * C, cn = min(C, L - t0), buffer = n % 2;
+    load_tile(Qs + buffer * 64 * kTcLd, kTcLd, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Ks + buffer * 64 * kTcLd, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
+    load_tile(Vs + buffer * 64 * kTcVLd, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
+    copy_async_commit();
+  };
+  if (chunks > 0) copy_chunk(0);
   for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
     const int t0 = n_chunk * C, cn = min(C, L - t0);
-    // 1. Copy the chunk in; publish S_[c] as hi + lo (and expose it when asked).
-    load_tile(Qs, kTcLd, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile(Ks, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile(Vs, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
+    const bf16* Qc = Qs + (n_chunk % 2) * 64 * kTcLd;
+    const bf16* Kc = Ks + (n_chunk % 2) * 64 * kTcLd;
+    const bf16* Vc = Vs + (n_chunk % 2) * 64 * kTcVLd;
+    // 1. Start copying the next chunk (its buffer was last read before the previous barrier);
+    //    publish S_[c] as hi + lo (and expose it when asked).
+    if (n_chunk + 1 < chunks) copy_chunk(n_chunk + 1);
 #pragma unroll
     for (int n = 0; n < kTcStateKeys / 8; ++n)
 #pragma unroll
@@ -389,31 +409,68 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
               static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
                                               std::int64_t(v0 + r) * K + c + x] = S[n][2 * half + x];
       }
-    copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
+    // This thread's copies of chunk c have landed (only the next chunk's group may be pending);
+    // the barrier publishes everyone's.
+    if (n_chunk + 1 < chunks) copy_async_wait<1>();
+    else copy_async_wait<0>();
     __syncthreads();
 
-    // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal), and
-    //    O = Q (S_hi + S_lo)ᵀ for its output columns, sharing the Q fragments.
+    // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal).
     if (computes_output) {
-      float P[kScoreTiles][4], O[kOutTiles][4];
+      const int i0 = 16 * row_block;
+      float P[kScoreTiles][4];
 #pragma unroll
       for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
-#pragma unroll
-      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
-      const int i0 = 16 * row_block;
 #pragma unroll
       for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
         if (kk >= k_steps) break;
         unsigned a[4];
-        ldmatrix_x4(a, Qs + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+        ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int n = 0; n < kScoreTiles; n += 2) {
           if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
           unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
-          ldmatrix_x4(bk, Ks + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          ldmatrix_x4(bk, Kc + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
           mma_bf16(P[n], a, bk[0], bk[1]);
           mma_bf16(P[n + 1], a, bk[2], bk[3]);
         }
+      }
+      // 3. Causal mask, P = hi + lo in A-operand layout, then O = (P_hi + P_lo) V
+      //    (P's registers are free before O's are taken).
+      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
+          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
+        }
+      float O[kOutTiles][4];
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj > row_block) break;
+        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
+        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bv, Vc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_bf16(O[n], ah, bv[0], bv[1]);
+          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
+          mma_bf16(O[n], al, bv[0], bv[1]);
+          mma_bf16(O[n + 1], al, bv[2], bv[3]);
+        }
+      }
+      // 3b. O += Q (S_hi + S_lo)ᵀ for this warp's output columns.
+#pragma unroll
+      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
@@ -425,32 +482,6 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
           mma_bf16(O[n + 1], a, bh[2], bh[3]);
           mma_bf16(O[n], a, bl[0], bl[1]);
           mma_bf16(O[n + 1], a, bl[2], bl[3]);
-        }
-      }
-      // 3. Causal mask, P = hi + lo in A-operand layout, then O += (P_hi + P_lo) V.
-      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
-#pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
-          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
-          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
-          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
-        }
-#pragma unroll
-      for (int jj = 0; jj < kRowBlocks; ++jj) {
-        if (jj > row_block) break;
-        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
-        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
-#pragma unroll
-        for (int n = 0; n < kOutTiles; n += 2) {
-          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
-          ldmatrix_x4_trans(bv, Vs + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
-          mma_bf16(O[n], ah, bv[0], bv[1]);
-          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
-          mma_bf16(O[n], al, bv[0], bv[1]);
-          mma_bf16(O[n + 1], al, bv[2], bv[3]);
         }
       }
       // 4. Store this warp's output tile, rounded to bf16.
@@ -474,17 +505,17 @@ __global__ void __launch_bounds__(kTcThreads, 2) pass_tensor_core(Pass p, bool v
     for (int jj = 0; jj < kRowBlocks; ++jj) {
       if (jj * 16 >= cn) break;  // zero rows add nothing
       unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
-      ldmatrix_x4_trans(a, Vs + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+      ldmatrix_x4_trans(a, Vc + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
 #pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) {
         if (state_key0 + n * 8 >= k_steps * 16) break;
         unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bk, Ks + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        ldmatrix_x4_trans(bk, Kc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
         mma_bf16(S[n], a, bk[0], bk[1]);
         mma_bf16(S[n + 1], a, bk[2], bk[3]);
       }
     }
-    __syncthreads();  // Q, K, V and S_hi/lo are rewritten by the next chunk
+    __syncthreads();  // S_hi/lo and this chunk's Q, K, V buffers are rewritten next
   }
   if (p.s_final)
 #pragma unroll
