@@ -256,23 +256,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
-// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). P never leaves
-// registers: the accumulator layout of two adjacent n8 tiles is the A-operand layout of one k16
-// step (as in FlashAttention-2). Q, K, V are double-buffered: chunk c+1 is copied in (cp.async)
-// while chunk c is computed. Per chunk: each warp writes its state rows to shared memory as
-// hi/lo; wait for chunk c's copy; one barrier; scores, output and state update; one barrier.
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). Q, K, V are
+// double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed. Per chunk:
+//   1. each warp writes its state rows to shared memory as hi/lo; wait for chunk c's copy; barrier;
+//   2. each 16×16 score block is computed once, masked and written to shared memory as hi/lo,
+//      while the warps with fewer blocks update their state rows (S += Vᵀ K); barrier;
+//   3. each warp computes O = P V + Q Sᵀ for 16 rows and a group of value columns; barrier.
 
 using bf16 = __nv_bfloat16;
 constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcTileV = 128, kTcKeyDim = 128;
 constexpr int kTcStateRowBlocks = kTcTileV / 16;                      // 16-row slices of the state
 constexpr int kTcStateKeys = kTcKeyDim * kTcStateRowBlocks / kTcWarps;  // key columns of the state each warp owns
-constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8;  // padded rows: ldmatrix without bank conflicts
+constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8, kTcPLd = 64 + 8;  // padded rows: no bank conflicts
 
 // Byte offsets; Q, K and V have two buffers each (chunk c and c+1).
 struct TcLayout {
   static constexpr std::size_t key_tile = 64 * kTcLd * 2, value_tile = 64 * kTcVLd * 2;
   static constexpr std::size_t shi = 0, slo = shi + kTcTileV * kTcLd * 2, qs = slo + kTcTileV * kTcLd * 2,
-                               ks = qs + 2 * key_tile, vs = ks + 2 * key_tile, bytes = vs + 2 * value_tile;
+                               ks = qs + 2 * key_tile, vs = ks + 2 * key_tile, phi = vs + 2 * value_tile,
+                               plo = phi + 64 * kTcPLd * 2, bytes = plo + 64 * kTcPLd * 2;
 };
 
 __device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -339,20 +341,23 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
   constexpr int kMaxGroups = kTcTileV / 16;                 // each group keeps ≥ 2 output tiles
   constexpr int kColumnGroups = kTcWarps / kRowBlocks < kMaxGroups ? kTcWarps / kRowBlocks : kMaxGroups;  // warps per row block
   constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
-  constexpr int kScoreTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcTileV][kTcLd] state rows (value) × key
   bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
   bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [2][64][kTcLd] chunk rows × key
   bf16* Ks = reinterpret_cast<bf16*>(smem + TcLayout::ks);
   bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [2][64][kTcVLd] chunk rows × value tile
+  bf16* Phi = reinterpret_cast<bf16*>(smem + TcLayout::phi);  // [64][kTcPLd] masked scores, hi and lo
+  bf16* Plo = reinterpret_cast<bf16*>(smem + TcLayout::plo);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int v0 = blockIdx.x * kTcTileV;
   const int K = p.key_dim, V = p.value_dim, L = p.length;
   const int k_steps = (K + 15) / 16;
-  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  // Consecutive warps share a row block, so each scheduler (warp % 4) gets a mix of the light
+  // (top) and heavy (diagonal-far) row blocks.
+  const int row_block = warp / kColumnGroups, column_group = warp % kColumnGroups;
   const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 8 warps to the state alone
   const int state_rows = 16 * (warp % kTcStateRowBlocks), state_key0 = kTcStateKeys * (warp / kTcStateRowBlocks);
   const int out_col0 = column_group * (kTcTileV / kColumnGroups);
@@ -415,46 +420,63 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
     else copy_async_wait<0>();
     __syncthreads();
 
-    // 2. Scores P = Q Kᵀ for this warp's 16 rows (tiles on or below the diagonal).
-    if (computes_output) {
-      const int i0 = 16 * row_block;
-      float P[kScoreTiles][4];
+    // 2. Scores, once per 16×16 block: the warp of row block r and column group cg computes the
+    //    blocks (r, jj) with jj ≤ r and jj ≡ cg (mod kColumnGroups), applies the causal mask and
+    //    publishes P = hi + lo to shared memory for the other warps of its row block.
+    const int i0 = 16 * row_block;
+    if (computes_output)
+      for (int jj = column_group; jj <= row_block; jj += kColumnGroups) {
+        float P[2][4] = {};
 #pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
-        if (kk >= k_steps) break;
-        unsigned a[4];
-        ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kScoreTiles; n += 2) {
-          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
-          unsigned bk[4];  // Kᵀ: rows j = 8n.., stored [j][key]: plain ldmatrix gives the col-major B
-          ldmatrix_x4(bk, Kc + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
-          mma_bf16(P[n], a, bk[0], bk[1]);
-          mma_bf16(P[n + 1], a, bk[2], bk[3]);
+        for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
+          if (kk >= k_steps) break;
+          unsigned a[4], bk[4];  // Kᵀ: rows j stored [j][key]: plain ldmatrix gives the col-major B
+          ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+          ldmatrix_x4(bk, Kc + (16 * jj + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(P[0], a, bk[0], bk[1]);
+          mma_bf16(P[1], a, bk[2], bk[3]);
         }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int i = i0 + g + 8 * half, j = 16 * jj + 8 * n + 2 * t;
+            const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+            const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+            unsigned hi, lo;
+            split_pair(x0, x1, hi, lo, single);
+            *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
+            *reinterpret_cast<unsigned*>(Plo + i * kTcPLd + j) = lo;
+          }
       }
-      // 3. Causal mask, P = hi + lo in A-operand layout, then O = (P_hi + P_lo) V
-      //    (P's registers are free before O's are taken).
-      unsigned p_hi[kScoreTiles][2], p_lo[kScoreTiles][2];
+    // 3. State update of this warp's rows, S += Vᵀ K over the chunk (S_[c] is already in shared
+    //    memory; warps with few score blocks do this while the others finish theirs).
 #pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n)
+    for (int jj = 0; jj < kRowBlocks; ++jj) {
+      if (jj * 16 >= cn) break;  // zero rows add nothing
+      unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
+      ldmatrix_x4_trans(a, Vc + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = i0 + g + 8 * half, j = 8 * n + 2 * t;
-          const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
-          const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
-          split_pair(x0, x1, p_hi[n][half], p_lo[n][half], single);
-        }
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
+        unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
+        ldmatrix_x4_trans(bk, Kc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        mma_bf16(S[n], a, bk[0], bk[1]);
+        mma_bf16(S[n + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();  // P is published
+    // 4. O = (P_hi + P_lo) V + Q (S_hi + S_lo)ᵀ for this warp's rows and output columns.
+    if (computes_output) {
       float O[kOutTiles][4];
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
 #pragma unroll
       for (int jj = 0; jj < kRowBlocks; ++jj) {
         if (jj > row_block) break;
-        const unsigned ah[4] = {p_hi[2 * jj][0], p_hi[2 * jj][1], p_hi[2 * jj + 1][0], p_hi[2 * jj + 1][1]};
-        const unsigned al[4] = {p_lo[2 * jj][0], p_lo[2 * jj][1], p_lo[2 * jj + 1][0], p_lo[2 * jj + 1][1]};
+        unsigned ah[4], al[4];
+        ldmatrix_x4(ah, Phi + (i0 + lane % 16) * kTcPLd + jj * 16 + (lane / 16) * 8);
+        ldmatrix_x4(al, Plo + (i0 + lane % 16) * kTcPLd + jj * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
@@ -465,7 +487,6 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
           mma_bf16(O[n + 1], al, bv[2], bv[3]);
         }
       }
-      // 3b. O += Q (S_hi + S_lo)ᵀ for this warp's output columns.
 #pragma unroll
       for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
         if (kk >= k_steps) break;
@@ -484,7 +505,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
           mma_bf16(O[n + 1], a, bl[2], bl[3]);
         }
       }
-      // 4. Store this warp's output tile, rounded to bf16.
+      // Store this warp's output tile, rounded to bf16.
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n)
 #pragma unroll
@@ -499,21 +520,6 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
             if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
           }
         }
-    }
-    // 5. State update of this warp's rows: S += Vᵀ K over the chunk.
-#pragma unroll
-    for (int jj = 0; jj < kRowBlocks; ++jj) {
-      if (jj * 16 >= cn) break;  // zero rows add nothing
-      unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
-      ldmatrix_x4_trans(a, Vc + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
-        if (state_key0 + n * 8 >= k_steps * 16) break;
-        unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bk, Kc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
-        mma_bf16(S[n], a, bk[0], bk[1]);
-        mma_bf16(S[n + 1], a, bk[2], bk[3]);
-      }
     }
     __syncthreads();  // S_hi/lo and this chunk's Q, K, V buffers are rewritten next
   }
