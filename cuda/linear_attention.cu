@@ -249,49 +249,70 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 
 // ---------------------------------------------------------------------------------------
 // Tensor-core pass (bf16 inputs, head dims ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
-// Block = one head (all 128 value columns), 16 warps, ≈170 KB shared memory, one block per SM:
-// Q and K are read once per head and the scores are shared by every value column.
+// Block = one head (all value columns, zero-padded to 128), 16 warps, one block per SM: Q and K
+// are read once per head and each score block is computed once.
 // The fp32 state lives in registers as mma accumulators: warp w owns state rows 16·(w%8).. +15
 // and key columns 64·(w/8).. +63.
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
-// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). Q, K, V are
-// double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed. Per chunk:
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). The input tiles
+// are double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed. Per chunk:
 //   1. each warp writes its state rows to shared memory as hi/lo; wait for chunk c's copy; barrier;
 //   2. each 16×16 score block is computed once, masked and written to shared memory as hi/lo,
 //      while the warps with fewer blocks update their state rows (S += Vᵀ K); barrier;
 //   3. each warp computes O = P V + Q Sᵀ for 16 rows and a group of value columns; barrier.
+// Consecutive warps share a row block, so each scheduler (warp % 4) gets a mix of the light (top)
+// and heavy (far from the diagonal) row blocks.
+//
+// The fused dK/dV pass runs the dV pass (q'=K, k'=Q, v'=dO, state G) and, on the same chunk
+// tiles and the same published G, the dK output dK = V G + (V dOᵀ ⊙ Mᵀ) Q (steps 2 and 3 once
+// more, with G read transposed): one reversed scan instead of two.
 
 using bf16 = __nv_bfloat16;
-constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcTileV = 128, kTcKeyDim = 128;
-constexpr int kTcStateRowBlocks = kTcTileV / 16;                      // 16-row slices of the state
-constexpr int kTcStateKeys = kTcKeyDim * kTcStateRowBlocks / kTcWarps;  // key columns of the state each warp owns
-constexpr int kTcLd = kTcKeyDim + 8, kTcVLd = kTcTileV + 8, kTcPLd = 64 + 8;  // padded rows: no bank conflicts
+constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcDim = 128;  // head dims padded to 128
+constexpr int kTcStateRowBlocks = kTcDim / 16;                        // 16-row slices of the state
+constexpr int kTcStateKeys = kTcDim * kTcStateRowBlocks / kTcWarps;   // key columns of the state each warp owns
+constexpr int kTcLd = kTcDim + 8, kTcPLd = 64 + 8;  // padded rows (elements): ldmatrix without bank conflicts
 
-// Byte offsets; Q, K and V have two buffers each (chunk c and c+1).
+// Byte offsets: the state as hi/lo, the masked scores as hi/lo, then the chunk tiles [64][kTcLd]
+// (three for a pass: q', k', v'; four for the fused dK/dV pass: K, Q, dO, V), two buffers each.
 struct TcLayout {
-  static constexpr std::size_t key_tile = 64 * kTcLd * 2, value_tile = 64 * kTcVLd * 2;
-  static constexpr std::size_t shi = 0, slo = shi + kTcTileV * kTcLd * 2, qs = slo + kTcTileV * kTcLd * 2,
-                               ks = qs + 2 * key_tile, vs = ks + 2 * key_tile, phi = vs + 2 * value_tile,
-                               plo = phi + 64 * kTcPLd * 2, bytes = plo + 64 * kTcPLd * 2;
+  static constexpr unsigned tile = 64 * kTcLd * 2;
+  static constexpr unsigned shi = 0, slo = shi + kTcDim * kTcLd * 2, phi = slo + kTcDim * kTcLd * 2,
+                            plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2;
+  static constexpr unsigned bytes(int tile_count) { return tiles + 2 * tile_count * tile; }
 };
+static_assert(TcLayout::bytes(4) <= 227 * 1024, "the fused pass must fit one SM's shared memory");
 
 __device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
-// Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row_address) {
+// Four 8×8 b16 matrices from shared memory; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row_address) {
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
 
-// d += a·b for one 16×8 tile (k = 16).
+// Per-lane byte offsets of the ldmatrix row addresses inside a row-major tile of pitch ld:
+// A operand (16×16) from [m][k]; B operand (two n8 tiles × k16) from [n][k] (plain) or from
+// [k][n] (.trans); A operand from [k][m] (.trans).
+struct LaneOffsets {
+  unsigned a, b, b_trans, a_trans;
+  __device__ LaneOffsets(int lane, int ld)
+      : a(((lane % 16) * ld + (lane / 16) * 8) * 2),
+        b((((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8) * 2),
+        b_trans((((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2),
+        a_trans((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2) {}
+};
+
+// d += a·b for one 16×8 tile (k = 16). Registers only (not volatile), so the compiler may
+// schedule it between the shared-memory loads.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -316,61 +337,167 @@ __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.com
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(pending)); }
 
-// Rows [t0, t0+cn) of a bf16 matrix into shared [64][ld], columns [col0, col0+cols), zero outside.
-__device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, std::int64_t row_stride, const Pass& p,
-                                         int t0, int cn, int col0, int cols, int valid_cols, bool vec) {
+// Rows [t0, t0+cn) of a bf16 matrix into a shared [64][kTcLd] tile, columns [0, 128), zero
+// outside the chunk and beyond valid_cols (so padded products add exact zeros).
+__device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const Strides& s, int b, int h, const Pass& p,
+                                         int t0, int cn, int valid_cols, bool vec) {
+  const bf16* src = static_cast<const bf16*>(matrix) + b * s.batch + h * s.head;
   if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
-    const int groups = cols / 8;
-    for (int e = threadIdx.x; e < 64 * groups; e += kTcThreads) {
-      const int i = e / groups, c = (e % groups) * 8;
-      const bool valid = i < cn && col0 + c < valid_cols;
-      copy_async_16(dst + i * ld + c, valid ? src + token_row(p, t0 + i) * row_stride + col0 + c : src, valid);
+    constexpr int kGroups = kTcDim / 8;
+    for (int e = threadIdx.x; e < 64 * kGroups; e += kTcThreads) {
+      const int i = e / kGroups, c = (e % kGroups) * 8;
+      const bool valid = i < cn && c < valid_cols;
+      copy_async_16(dst + i * kTcLd + c, valid ? src + token_row(p, t0 + i) * s.row + c : src, valid);
     }
   } else {
-    for (int e = threadIdx.x; e < 64 * cols; e += kTcThreads) {
-      const int i = e / cols, c = e % cols;
-      dst[i * ld + c] = (i < cn && col0 + c < valid_cols) ? src[token_row(p, t0 + i) * row_stride + col0 + c]
-                                                          : __float2bfloat16_rn(0.f);
+    for (int e = threadIdx.x; e < 64 * kTcDim; e += kTcThreads) {
+      const int i = e / kTcDim, c = e % kTcDim;
+      dst[i * kTcLd + c] = (i < cn && c < valid_cols) ? src[token_row(p, t0 + i) * s.row + c] : __float2bfloat16_rn(0.f);
     }
   }
 }
 
 template <int C>
-__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool vec) {
-  constexpr int kRowBlocks = C / 16;                        // 16-row blocks of a chunk
-  constexpr int kMaxGroups = kTcTileV / 16;                 // each group keeps ≥ 2 output tiles
-  constexpr int kColumnGroups = kTcWarps / kRowBlocks < kMaxGroups ? kTcWarps / kRowBlocks : kMaxGroups;  // warps per row block
-  constexpr int kOutTiles = kTcTileV / 8 / kColumnGroups;   // n8 output tiles per warp
+struct TcShape {
+  static constexpr int kRowBlocks = C / 16;                  // 16-row blocks of a chunk
+  static constexpr int kMaxGroups = kTcDim / 16;             // each group keeps ≥ 2 output tiles
+  static constexpr int kColumnGroups = kTcWarps / kRowBlocks < kMaxGroups ? kTcWarps / kRowBlocks : kMaxGroups;
+  static constexpr int kOutTiles = kTcDim / 8 / kColumnGroups;  // n8 output tiles per warp
+};
+
+// Step 2: the warp of row block r and column group cg computes the score blocks (r, jj) with
+// jj ≤ r and jj ≡ cg (mod kColumnGroups) of A Bᵀ (A rows from a_tile, B rows from b_tile, both
+// [64][kTcLd]), applies the causal mask and writes P = hi + lo to shared memory.
+template <int C>
+__device__ __forceinline__ void tc_scores(const Pass& p, unsigned a_tile, unsigned b_tile, bf16* Phi, bf16* Plo,
+                                          const LaneOffsets& lo136, int row_block, int column_group, int lane) {
+  using Shape = TcShape<C>;
+  const int i0 = 16 * row_block, g = lane / 4, t = lane % 4;
+  for (int jj = column_group; jj <= row_block; jj += Shape::kColumnGroups) {
+    float P[2][4] = {};
+    const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2, b_row = b_tile + lo136.b + 16 * jj * kTcLd * 2;
+#pragma unroll
+    for (int kk = 0; kk < kTcDim / 16; ++kk) {
+      unsigned a[4], bk[4];  // B rows j stored [j][key]: plain ldmatrix gives the col-major B
+      ldmatrix_x4(a, a_row + kk * 32);
+      ldmatrix_x4(bk, b_row + kk * 32);
+      mma_bf16(P[0], a, bk[0], bk[1]);
+      mma_bf16(P[1], a, bk[2], bk[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, j = 16 * jj + 8 * n + 2 * t;
+        const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
+        const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+        unsigned hi, lo;
+        split_pair(x0, x1, hi, lo, p.bug == PlantedBug::single_bf16_operands);
+        *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
+        *reinterpret_cast<unsigned*>(Plo + i * kTcPLd + j) = lo;
+      }
+  }
+}
+
+// Step 3: O = (P_hi + P_lo) X + A (S_hi + S_lo)ᵀ for 16 rows and this warp's output columns,
+// rounded to bf16 and stored to out (rows of the pass p). X: [64][kTcLd] tile (rows = chunk
+// tokens); A: [64][kTcLd] tile; the state is [n][k] (plain) or, when kStateTransposed, [k][n].
+template <int C, bool kStateTransposed>
+__device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const Strides& out_s, int valid_cols,
+                                          unsigned x_tile, unsigned a_tile, unsigned smem_base,
+                                          const LaneOffsets& lo136, const LaneOffsets& lo72, int row_block,
+                                          int column_group, int lane, int b, int h, int t0, int cn, bool vec) {
+  using Shape = TcShape<C>;
+  constexpr int kOutTiles = Shape::kOutTiles;
+  const int i0 = 16 * row_block, out_col0 = column_group * (kTcDim / Shape::kColumnGroups), g = lane / 4, t = lane % 4;
+  float O[kOutTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+  const unsigned p_row = smem_base + TcLayout::phi + lo72.a + i0 * kTcPLd * 2;
+  const unsigned x_row = x_tile + lo136.b_trans + out_col0 * 2;
+#pragma unroll
+  for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
+    if (jj > row_block) break;
+    unsigned ah[4], al[4];
+    ldmatrix_x4(ah, p_row + jj * 32);
+    ldmatrix_x4(al, p_row + (TcLayout::plo - TcLayout::phi) + jj * 32);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      unsigned bx[4];  // X stored [j][c]: transposed ldmatrix gives the col-major B
+      ldmatrix_x4_trans(bx, x_row + (jj * 16 * kTcLd + 8 * n) * 2);
+      mma_bf16(O[n], ah, bx[0], bx[1]);
+      mma_bf16(O[n + 1], ah, bx[2], bx[3]);
+      mma_bf16(O[n], al, bx[0], bx[1]);
+      mma_bf16(O[n + 1], al, bx[2], bx[3]);
+    }
+  }
+  const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2;
+  const unsigned s_row = kStateTransposed ? smem_base + TcLayout::shi + lo136.b_trans + out_col0 * 2
+                                          : smem_base + TcLayout::shi + lo136.b + out_col0 * kTcLd * 2;
+#pragma unroll
+  for (int kk = 0; kk < kTcDim / 16; ++kk) {
+    unsigned a[4];
+    ldmatrix_x4(a, a_row + kk * 32);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      unsigned bh[4], bl[4];
+      const unsigned at = s_row + (kStateTransposed ? kk * 16 * kTcLd + 8 * n : 8 * n * kTcLd + kk * 16) * 2;
+      if constexpr (kStateTransposed) {
+        ldmatrix_x4_trans(bh, at);
+        ldmatrix_x4_trans(bl, at + (TcLayout::slo - TcLayout::shi));
+      } else {
+        ldmatrix_x4(bh, at);
+        ldmatrix_x4(bl, at + (TcLayout::slo - TcLayout::shi));
+      }
+      mma_bf16(O[n], a, bh[0], bh[1]);
+      mma_bf16(O[n + 1], a, bh[2], bh[3]);
+      mma_bf16(O[n], a, bl[0], bl[1]);
+      mma_bf16(O[n + 1], a, bl[2], bl[3]);
+    }
+  }
+  bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = i0 + g + 8 * half, c = out_col0 + 8 * n + 2 * t;
+      if (i >= cn) continue;
+      bf16* dst = out + token_row(p, t0 + i) * out_s.row + c;
+      if (vec) {
+        if (c < valid_cols) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
+      } else {
+        if (c < valid_cols) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+        if (c + 1 < valid_cols) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+      }
+    }
+}
+
+// A pass p (q', k', v' → out); with kFusedDkDv, p is the dV pass and dk the dK pass of the same
+// reversed scan (dk.q = V; its k and v are p's v and k).
+template <int C, bool kFusedDkDv>
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass dk, bool vec) {
+  using Shape = TcShape<C>;
+  constexpr int kTiles = kFusedDkDv ? 4 : 3;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcTileV][kTcLd] state rows (value) × key
+  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcDim][kTcLd] state rows (value) × key
   bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
-  bf16* Qs = reinterpret_cast<bf16*>(smem + TcLayout::qs);    // [2][64][kTcLd] chunk rows × key
-  bf16* Ks = reinterpret_cast<bf16*>(smem + TcLayout::ks);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + TcLayout::vs);    // [2][64][kTcVLd] chunk rows × value tile
-  bf16* Phi = reinterpret_cast<bf16*>(smem + TcLayout::phi);  // [64][kTcPLd] masked scores, hi and lo
+  bf16* Phi = reinterpret_cast<bf16*>(smem + TcLayout::phi);  // [64][kTcPLd] masked scores
   bf16* Plo = reinterpret_cast<bf16*>(smem + TcLayout::plo);
+  bf16* tiles = reinterpret_cast<bf16*>(smem + TcLayout::tiles);  // [2][kTiles][64][kTcLd]: q', k', v' (, V)
+  const unsigned smem_base = smem_address(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const int v0 = blockIdx.x * kTcTileV;
   const int K = p.key_dim, V = p.value_dim, L = p.length;
-  const int k_steps = (K + 15) / 16;
-  // Consecutive warps share a row block, so each scheduler (warp % 4) gets a mix of the light
-  // (top) and heavy (diagonal-far) row blocks.
-  const int row_block = warp / kColumnGroups, column_group = warp % kColumnGroups;
-  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 8 warps to the state alone
+  const int row_block = warp / Shape::kColumnGroups, column_group = warp % Shape::kColumnGroups;
+  const bool computes_output = warp < Shape::kRowBlocks * Shape::kColumnGroups;  // C = 16 leaves 8 warps to the state alone
   const int state_rows = 16 * (warp % kTcStateRowBlocks), state_key0 = kTcStateKeys * (warp / kTcStateRowBlocks);
-  const int out_col0 = column_group * (kTcTileV / kColumnGroups);
   const bool single = p.bug == PlantedBug::single_bf16_operands;
-
-  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
-  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
-  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
-  bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+  const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
 
   // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
   float S[kTcStateKeys / 8][4];
-  const int s_row0 = v0 + state_rows + g;
+  const int s_row0 = state_rows + g;
 #pragma unroll
   for (int n = 0; n < kTcStateKeys / 8; ++n)
 #pragma unroll
@@ -382,20 +509,21 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
     }
 
   const int chunks = chunk_count(p, C);
+  const auto tile = [&](int n, int which) { return tiles + ((n % 2) * kTiles + which) * 64 * kTcLd; };
   // Copy chunk n into buffer n % 2 (one commit group per chunk).
   const auto copy_chunk = [&](int n) {
-    const int t0 = n * C, cn = min(C, L - t0), buffer = n % 2;
-    load_tile(Qs + buffer * 64 * kTcLd, kTcLd, q, p.q_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile(Ks + buffer * 64 * kTcLd, kTcLd, k, p.k_s.row, p, t0, cn, 0, kTcKeyDim, K, vec);
-    load_tile(Vs + buffer * 64 * kTcVLd, kTcVLd, v, p.v_s.row, p, t0, cn, v0, kTcTileV, V, vec);
+    const int t0 = n * C, cn = min(C, L - t0);
+    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
+    if constexpr (kFusedDkDv) load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, V, vec);
     copy_async_commit();
   };
   if (chunks > 0) copy_chunk(0);
   for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
     const int t0 = n_chunk * C, cn = min(C, L - t0);
-    const bf16* Qc = Qs + (n_chunk % 2) * 64 * kTcLd;
-    const bf16* Kc = Ks + (n_chunk % 2) * 64 * kTcLd;
-    const bf16* Vc = Vs + (n_chunk % 2) * 64 * kTcVLd;
+    const unsigned qt = smem_address(tile(n_chunk, 0)), kt = smem_address(tile(n_chunk, 1)),
+                   vt = smem_address(tile(n_chunk, 2));
     // 1. Start copying the next chunk (its buffer was last read before the previous barrier);
     //    publish S_[c] as hi + lo (and expose it when asked).
     if (n_chunk + 1 < chunks) copy_chunk(n_chunk + 1);
@@ -408,11 +536,11 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
         split_pair(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
         *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
         *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
-        if (p.boundary && v0 + r < V)
+        if (p.boundary && r < V)
           for (int x = 0; x < 2; ++x)
             if (c + x < K)
               static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
-                                              std::int64_t(v0 + r) * K + c + x] = S[n][2 * half + x];
+                                              std::int64_t(r) * K + c + x] = S[n][2 * half + x];
       }
     // This thread's copies of chunk c have landed (only the next chunk's group may be pending);
     // the barrier publishes everyone's.
@@ -420,108 +548,39 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, bool v
     else copy_async_wait<0>();
     __syncthreads();
 
-    // 2. Scores, once per 16×16 block: the warp of row block r and column group cg computes the
-    //    blocks (r, jj) with jj ≤ r and jj ≡ cg (mod kColumnGroups), applies the causal mask and
-    //    publishes P = hi + lo to shared memory for the other warps of its row block.
-    const int i0 = 16 * row_block;
-    if (computes_output)
-      for (int jj = column_group; jj <= row_block; jj += kColumnGroups) {
-        float P[2][4] = {};
+    // 2. Scores Q Kᵀ, and the state update of this warp's rows, S += Vᵀ K over the chunk
+    //    (S_[c] is already in shared memory).
+    if (computes_output) tc_scores<C>(p, qt, kt, Phi, Plo, lo136, row_block, column_group, lane);
+    const unsigned v_rows = vt + lo136.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
 #pragma unroll
-        for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
-          if (kk >= k_steps) break;
-          unsigned a[4], bk[4];  // Kᵀ: rows j stored [j][key]: plain ldmatrix gives the col-major B
-          ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
-          ldmatrix_x4(bk, Kc + (16 * jj + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
-          mma_bf16(P[0], a, bk[0], bk[1]);
-          mma_bf16(P[1], a, bk[2], bk[3]);
-        }
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i = i0 + g + 8 * half, j = 16 * jj + 8 * n + 2 * t;
-            const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
-            const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
-            unsigned hi, lo;
-            split_pair(x0, x1, hi, lo, single);
-            *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
-            *reinterpret_cast<unsigned*>(Plo + i * kTcPLd + j) = lo;
-          }
-      }
-    // 3. State update of this warp's rows, S += Vᵀ K over the chunk (S_[c] is already in shared
-    //    memory; warps with few score blocks do this while the others finish theirs).
-#pragma unroll
-    for (int jj = 0; jj < kRowBlocks; ++jj) {
+    for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
       if (jj * 16 >= cn) break;  // zero rows add nothing
-      unsigned a[4];  // Vᵀ rows c = 16·warp.., from V stored [j][c]: transposed ldmatrix
-      ldmatrix_x4_trans(a, Vc + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+      unsigned a[4];  // Vᵀ rows c = state rows, from V stored [j][c]: transposed ldmatrix
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
 #pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) {
-        if (state_key0 + n * 8 >= k_steps * 16) break;
         unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bk, Kc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        ldmatrix_x4_trans(bk, k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
         mma_bf16(S[n], a, bk[0], bk[1]);
         mma_bf16(S[n + 1], a, bk[2], bk[3]);
       }
     }
     __syncthreads();  // P is published
-    // 4. O = (P_hi + P_lo) V + Q (S_hi + S_lo)ᵀ for this warp's rows and output columns.
-    if (computes_output) {
-      float O[kOutTiles][4];
-#pragma unroll
-      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < kRowBlocks; ++jj) {
-        if (jj > row_block) break;
-        unsigned ah[4], al[4];
-        ldmatrix_x4(ah, Phi + (i0 + lane % 16) * kTcPLd + jj * 16 + (lane / 16) * 8);
-        ldmatrix_x4(al, Plo + (i0 + lane % 16) * kTcPLd + jj * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kOutTiles; n += 2) {
-          unsigned bv[4];  // V stored [j][c]: transposed ldmatrix gives the col-major B
-          ldmatrix_x4_trans(bv, Vc + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
-          mma_bf16(O[n], ah, bv[0], bv[1]);
-          mma_bf16(O[n + 1], ah, bv[2], bv[3]);
-          mma_bf16(O[n], al, bv[0], bv[1]);
-          mma_bf16(O[n + 1], al, bv[2], bv[3]);
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < kTcKeyDim / 16; ++kk) {
-        if (kk >= k_steps) break;
-        unsigned a[4];
-        ldmatrix_x4(a, Qc + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kOutTiles; n += 2) {
-          const int c = out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3);
-          const int key = kk * 16 + ((lane >> 3) & 1) * 8;
-          unsigned bh[4], bl[4];
-          ldmatrix_x4(bh, Shi + c * kTcLd + key);
-          ldmatrix_x4(bl, Slo + c * kTcLd + key);
-          mma_bf16(O[n], a, bh[0], bh[1]);
-          mma_bf16(O[n + 1], a, bh[2], bh[3]);
-          mma_bf16(O[n], a, bl[0], bl[1]);
-          mma_bf16(O[n + 1], a, bl[2], bl[3]);
-        }
-      }
-      // Store this warp's output tile, rounded to bf16.
-#pragma unroll
-      for (int n = 0; n < kOutTiles; ++n)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
-          if (i >= cn) continue;
-          bf16* dst = out + token_row(p, t0 + i) * p.out_s.row + c;
-          if (vec) {
-            if (c < V) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
-          } else {
-            if (c < V) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
-            if (c + 1 < V) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
-          }
-        }
+    // 3. O = P V + Q Sᵀ.
+    if (computes_output)
+      tc_output<C, false>(p, p.out, p.out_s, V, vt, qt, smem_base, lo136, lo72, row_block, column_group, lane, b, h, t0,
+                          cn, vec);
+    if constexpr (kFusedDkDv) {
+      // The dK pass on the same tiles: scores V dOᵀ, then dK = P Q + V G (G = S_[c] read transposed).
+      const unsigned vt_dk = smem_address(tile(n_chunk, 3));
+      __syncthreads();  // P has been read
+      if (computes_output) tc_scores<C>(dk, vt_dk, vt, Phi, Plo, lo136, row_block, column_group, lane);
+      __syncthreads();  // P is published
+      if (computes_output)
+        tc_output<C, true>(dk, dk.out, dk.out_s, K, kt, vt_dk, smem_base, lo136, lo72, row_block, column_group, lane, b,
+                           h, t0, cn, vec);
     }
-    __syncthreads();  // S_hi/lo and this chunk's Q, K, V buffers are rewritten next
+    __syncthreads();  // S_hi/lo, P and this chunk's tiles are rewritten next
   }
   if (p.s_final)
 #pragma unroll
@@ -621,24 +680,30 @@ void run_generic(const Pass& p, cudaStream_t stream) {
   }
 }
 
-template <int C>
-void launch_tensor_core(const Pass& p, bool vec, cudaStream_t stream) {
-  const std::string name = "linear_attention pass_tensor_core<C=" + std::to_string(C) + ">";
-  constexpr std::size_t smem = TcLayout::bytes;
-  check(cudaFuncSetAttribute(pass_tensor_core<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+// A tensor-core pass; with kFused, p is the dV pass and dk the dK pass of one fused reversed scan.
+template <int C, bool kFused>
+void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
+  const std::string name =
+      "linear_attention pass_tensor_core<C=" + std::to_string(C) + (kFused ? ", fused dK/dV>" : ">");
+  constexpr int smem = static_cast<int>(TcLayout::bytes(kFused ? 4 : 3));
+  check(cudaFuncSetAttribute(pass_tensor_core<C, kFused>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute for " + name);
-  const dim3 grid((p.value_dim + kTcTileV - 1) / kTcTileV, p.batch * p.heads);
-  pass_tensor_core<C><<<grid, kTcThreads, smem, stream>>>(p, vec);
+  pass_tensor_core<C, kFused><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
   check_launch(name);
+}
+
+template <bool kFused>
+void run_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
+  switch (p.chunk_size) {
+    case 16: launch_tensor_core<16, kFused>(p, dk, vec, stream); break;
+    case 32: launch_tensor_core<32, kFused>(p, dk, vec, stream); break;
+    default: launch_tensor_core<64, kFused>(p, dk, vec, stream); break;
+  }
 }
 
 void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
   if (uses_tensor_cores(dtype, p.key_dim, p.value_dim)) {
-    switch (p.chunk_size) {
-      case 16: launch_tensor_core<16>(p, vec, stream); break;
-      case 32: launch_tensor_core<32>(p, vec, stream); break;
-      default: launch_tensor_core<64>(p, vec, stream); break;
-    }
+    run_tensor_core<false>(p, p, vec, stream);
     return;
   }
   switch (dtype) {
@@ -654,7 +719,7 @@ void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
 void plant_bug(PlantedBug bug) { planted_bug = bug; }
 
 bool uses_tensor_cores(DType dtype, int key_dim, int value_dim) {
-  return dtype == DType::bf16 && key_dim <= kTcKeyDim && value_dim <= kTcKeyDim;
+  return dtype == DType::bf16 && key_dim <= kTcDim && value_dim <= kTcDim;
 }
 
 void set_contiguous_strides(ForwardParams& p) {
@@ -785,13 +850,18 @@ void backward(const BackwardParams& bp, cudaStream_t stream) {
   set_initial(dk, bp.d_final_state, bp.d_final_state_strides, true);
   set_final(dk, nullptr, {});
   dk.boundary = nullptr;
-  run_pass(dk, bp.dtype, vec, stream);
   // dV = K Gᵀ + (K Qᵀ ⊙ Mᵀ) dO: reversed pass over (K, Q, dO) with state G; its final state is dS_0.
   Pass dv = make_pass<float>(bp.k, bp.k_strides, bp.q, bp.q_strides, bp.d_output, bp.d_output_strides, bp.dv,
                              bp.dv_strides, B, H, L, DK, DV, C, true);
   set_initial(dv, bp.d_final_state, bp.d_final_state_strides, false);
   set_final(dv, bp.d_initial_state, bp.d_initial_state_strides);
   dv.boundary = nullptr;
+  // On tensor cores both reversed passes run as one scan (same tiles, same G).
+  if (uses_tensor_cores(bp.dtype, DK, DV)) {
+    run_tensor_core<true>(dv, dk, vec, stream);
+    return;
+  }
+  run_pass(dk, bp.dtype, vec, stream);
   run_pass(dv, bp.dtype, vec, stream);
 }
 
