@@ -343,9 +343,11 @@ __device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const S
                                          int t0, int cn, int valid_cols, bool vec) {
   const bf16* src = static_cast<const bf16*>(matrix) + b * s.batch + h * s.head;
   if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
-    constexpr int kGroups = kTcDim / 8;
-    for (int e = threadIdx.x; e < 64 * kGroups; e += kTcThreads) {
-      const int i = e / kGroups, c = (e % kGroups) * 8;
+    constexpr int kGroups = kTcDim / 8, kCopiesPerThread = 64 * kGroups / kTcThreads;
+    static_assert(64 * kGroups % kTcThreads == 0);
+#pragma unroll
+    for (int r = 0; r < kCopiesPerThread; ++r) {
+      const int e = threadIdx.x + r * kTcThreads, i = e / kGroups, c = (e % kGroups) * 8;
       const bool valid = i < cn && c < valid_cols;
       copy_async_16(dst + i * kTcLd + c, valid ? src + token_row(p, t0 + i) * s.row + c : src, valid);
     }
@@ -374,23 +376,29 @@ __device__ __forceinline__ void tc_scores(const Pass& p, unsigned a_tile, unsign
   using Shape = TcShape<C>;
   const int i0 = 16 * row_block, g = lane / 4, t = lane % 4;
   for (int jj = column_group; jj <= row_block; jj += Shape::kColumnGroups) {
-    float P[2][4] = {};
+    // Fragments are loaded one k-step ahead, and even and odd k-steps go to separate
+    // accumulators, so neither a load nor the previous product is waited for at each mma.
+    float P[2][2][4] = {};  // [k-step parity][n8 tile]
     const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2, b_row = b_tile + lo136.b + 16 * jj * kTcLd * 2;
+    unsigned a[2][4], bk[2][4];  // B rows j stored [j][key]: plain ldmatrix gives the col-major B
+    ldmatrix_x4(a[0], a_row);
+    ldmatrix_x4(bk[0], b_row);
 #pragma unroll
     for (int kk = 0; kk < kTcDim / 16; ++kk) {
-      unsigned a[4], bk[4];  // B rows j stored [j][key]: plain ldmatrix gives the col-major B
-      ldmatrix_x4(a, a_row + kk * 32);
-      ldmatrix_x4(bk, b_row + kk * 32);
-      mma_bf16(P[0], a, bk[0], bk[1]);
-      mma_bf16(P[1], a, bk[2], bk[3]);
+      if (kk + 1 < kTcDim / 16) {
+        ldmatrix_x4(a[(kk + 1) % 2], a_row + (kk + 1) * 32);
+        ldmatrix_x4(bk[(kk + 1) % 2], b_row + (kk + 1) * 32);
+      }
+      mma_bf16(P[kk % 2][0], a[kk % 2], bk[kk % 2][0], bk[kk % 2][1]);
+      mma_bf16(P[kk % 2][1], a[kk % 2], bk[kk % 2][2], bk[kk % 2][3]);
     }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = i0 + g + 8 * half, j = 16 * jj + 8 * n + 2 * t;
-        const float x0 = in_mask(p, i, j) ? P[n][2 * half] : 0.f;
-        const float x1 = in_mask(p, i, j + 1) ? P[n][2 * half + 1] : 0.f;
+        const float x0 = in_mask(p, i, j) ? P[0][n][2 * half] + P[1][n][2 * half] : 0.f;
+        const float x1 = in_mask(p, i, j + 1) ? P[0][n][2 * half + 1] + P[1][n][2 * half + 1] : 0.f;
         unsigned hi, lo;
         split_pair(x0, x1, hi, lo, p.bug == PlantedBug::single_bf16_operands);
         *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
@@ -418,17 +426,21 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
 #pragma unroll
   for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
     if (jj > row_block) break;
-    unsigned ah[4], al[4];
+    // All of a step's fragments are loaded before its products (here and below).
+    unsigned ah[4], al[4], bx[kOutTiles / 2][4];  // X stored [j][c]: transposed ldmatrix gives the col-major B
     ldmatrix_x4(ah, p_row + jj * 32);
     ldmatrix_x4(al, p_row + (TcLayout::plo - TcLayout::phi) + jj * 32);
 #pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) ldmatrix_x4_trans(bx[n / 2], x_row + (jj * 16 * kTcLd + 8 * n) * 2);
+#pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      unsigned bx[4];  // X stored [j][c]: transposed ldmatrix gives the col-major B
-      ldmatrix_x4_trans(bx, x_row + (jj * 16 * kTcLd + 8 * n) * 2);
-      mma_bf16(O[n], ah, bx[0], bx[1]);
-      mma_bf16(O[n + 1], ah, bx[2], bx[3]);
-      mma_bf16(O[n], al, bx[0], bx[1]);
-      mma_bf16(O[n + 1], al, bx[2], bx[3]);
+      mma_bf16(O[n], ah, bx[n / 2][0], bx[n / 2][1]);
+      mma_bf16(O[n + 1], ah, bx[n / 2][2], bx[n / 2][3]);
+    }
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      mma_bf16(O[n], al, bx[n / 2][0], bx[n / 2][1]);
+      mma_bf16(O[n + 1], al, bx[n / 2][2], bx[n / 2][3]);
     }
   }
   const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2;
@@ -436,23 +448,28 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
                                           : smem_base + TcLayout::shi + lo136.b + out_col0 * kTcLd * 2;
 #pragma unroll
   for (int kk = 0; kk < kTcDim / 16; ++kk) {
-    unsigned a[4];
+    unsigned a[4], bh[kOutTiles / 2][4], bl[kOutTiles / 2][4];
     ldmatrix_x4(a, a_row + kk * 32);
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      unsigned bh[4], bl[4];
       const unsigned at = s_row + (kStateTransposed ? kk * 16 * kTcLd + 8 * n : 8 * n * kTcLd + kk * 16) * 2;
       if constexpr (kStateTransposed) {
-        ldmatrix_x4_trans(bh, at);
-        ldmatrix_x4_trans(bl, at + (TcLayout::slo - TcLayout::shi));
+        ldmatrix_x4_trans(bh[n / 2], at);
+        ldmatrix_x4_trans(bl[n / 2], at + (TcLayout::slo - TcLayout::shi));
       } else {
-        ldmatrix_x4(bh, at);
-        ldmatrix_x4(bl, at + (TcLayout::slo - TcLayout::shi));
+        ldmatrix_x4(bh[n / 2], at);
+        ldmatrix_x4(bl[n / 2], at + (TcLayout::slo - TcLayout::shi));
       }
-      mma_bf16(O[n], a, bh[0], bh[1]);
-      mma_bf16(O[n + 1], a, bh[2], bh[3]);
-      mma_bf16(O[n], a, bl[0], bl[1]);
-      mma_bf16(O[n + 1], a, bl[2], bl[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      mma_bf16(O[n], a, bh[n / 2][0], bh[n / 2][1]);
+      mma_bf16(O[n + 1], a, bh[n / 2][2], bh[n / 2][3]);
+    }
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      mma_bf16(O[n], a, bl[n / 2][0], bl[n / 2][1]);
+      mma_bf16(O[n + 1], a, bl[n / 2][2], bl[n / 2][3]);
     }
   }
   bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
@@ -555,14 +572,15 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
 #pragma unroll
     for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
       if (jj * 16 >= cn) break;  // zero rows add nothing
-      unsigned a[4];  // Vᵀ rows c = state rows, from V stored [j][c]: transposed ldmatrix
+      // Vᵀ rows c = state rows, from V stored [j][c], and K stored [j][key]: transposed ldmatrix.
+      unsigned a[4], bk[kTcStateKeys / 16][4];
       ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
 #pragma unroll
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
+#pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) {
-        unsigned bk[4];  // K stored [j][key]: transposed ldmatrix gives the col-major B
-        ldmatrix_x4_trans(bk, k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
-        mma_bf16(S[n], a, bk[0], bk[1]);
-        mma_bf16(S[n + 1], a, bk[2], bk[3]);
+        mma_bf16(S[n], a, bk[n / 2][0], bk[n / 2][1]);
+        mma_bf16(S[n + 1], a, bk[n / 2][2], bk[n / 2][3]);
       }
     }
     __syncthreads();  // P is published
