@@ -255,10 +255,6 @@ __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-// Groups: commit closes the copies issued so far; wait<N> returns once at most N groups are pending.
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // ---------------------------------------------------------------------------------------
 // Stage 1: WY preparation, one block per (chunk, head).
@@ -273,16 +269,19 @@ __host__ __device__ inline PrepareLayout prepare_layout(int element_size, int ch
   PrepareLayout l{};
   Carver c;
   l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(dp) * element_size);  // K, later V
-  // A is dead once T is built, so its space takes what comes after: the factors' hi and lo parts
-  // (16-bit inputs), or the fp32 staging of the products (fp32 inputs, whose factors need their
-  // own space). U's factors reuse W's once W is written. 53 KB at C = 64, DK = 128: four blocks per SM.
+  // A is dead once T is built, so its space takes what comes after. At C = 64 (16-bit inputs):
+  // the factors' hi and lo parts, 53 KB at DK = 128, four blocks per SM (NOTES_delta.md v8). At
+  // C ≤ 32, where registers, not shared memory, bound the blocks per SM: V, copied in early
+  // (see the kernel), the factors in their own space. fp32 inputs: the fp32 staging of
+  // the products. U's factors reuse W's once W is written.
+  const bool factors_in_system = split && chunk >= 64;
   const int system_pitch = float_pitch(chunk > kPanel ? chunk : kPanel);
   const std::size_t system = static_cast<std::size_t>(chunk) * system_pitch * 4;
   const std::size_t factor = static_cast<std::size_t>(chunk) * operand_pitch(chunk) * element_size;
-  l.system = c.take(split && 2 * factor > system ? 2 * factor : system);
+  l.system = c.take(factors_in_system && 2 * factor > system ? 2 * factor : system);
   l.inverse = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
-  l.w_hi = split ? l.system : c.take(factor);
-  l.w_lo = split ? l.system + factor : l.w_hi;
+  l.w_hi = factors_in_system ? l.system : c.take(factor);
+  l.w_lo = factors_in_system ? l.system + factor : split ? c.take(factor) : l.w_hi;
   l.u_hi = l.w_hi;
   l.u_lo = l.w_lo;
   l.staging = l.system;
@@ -457,13 +456,26 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
     }
   };
   if constexpr (kTensorCore<T>) {
+    // C ≤ 32: V comes in (cp.async) while W is computed, into A's dead space when it fits (DV ≤ 128,
+    // 16-byte rows); otherwise (and at C = 64, whose factors live there) into the key rows once W is done.
+    const bool early_v = C < 64 && dvp <= 128 && DV % 8 == 0 && (reinterpret_cast<std::uintptr_t>(p.v) & 15) == 0;
+    T* v_rows = early_v ? reinterpret_cast<T*>(a) : rows;
+    const int pv = operand_pitch(dvp);
+    if (early_v) {
+      const T* v = static_cast<const T*>(p.v) + token0 * DV;
+      for_each_2d(C, dvp / 8, [&](int r, int vec) {
+        const int c = vec * 8;
+        const bool valid = r < size && c < DV;
+        copy_async_16(v_rows + r * pv + c, valid ? v + static_cast<std::size_t>(r) * DV + c : v, valid);
+      });
+    }
     wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
     __syncthreads();  // W's factors and the key rows are consumed: V and (gated) U's factors take their place
-    const int pv = operand_pitch(dvp);
-    load_operand(rows, pv, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+    if (!early_v) load_operand(rows, pv, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
     if (gated) build_u_factors();
+    copy_async_wait_all();
     __syncthreads();
-    wy_product_tc<T, C>(u_hi, u_lo, rows, pv, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
+    wy_product_tc<T, C>(u_hi, u_lo, v_rows, pv, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
   } else {
     wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
     load_operand(rows, pk, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
@@ -802,15 +814,13 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 }
 
 
-// Per chunk: (1) start copying K and U in (cp.async; Q, W and g were prefetched during the
-// previous chunk), publish S_[c] from the registers to shared memory as hi + lo; wait for Q and W
-// only; barrier. (2) Each output warp (16 rows, 16 or 32 value columns) computes −W Sᵀ and Q Sᵀ,
-// sharing the S fragments, while K and U are still in flight; barrier once they have landed.
-// (3) V̄ = U − W Sᵀ, written back in place of U rounded to T (and its decayed copy when gated); the
-// masked scores P = Q Kᵀ ⊙ Γ ⊙ M kept in registers as an A operand (FlashAttention-2 style);
-// barrier. (4) Q and W of the next chunk start loading; O += P V̄ and the output stored from
-// registers; every warp updates its 16 × 64 part of S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its
-// accumulators; barrier.
+// Per chunk: (1) copy K and U in (cp.async; Q, W and g were prefetched during the previous
+// chunk), publish S_[c] from the registers to shared memory as hi + lo; barrier. (2) Each output
+// warp (16 rows, 16 or 32 value columns): V̄ = U − W Sᵀ, written back in place of U rounded to T
+// (and its decayed copy when gated); then Q Sᵀ and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M, P kept in
+// registers as an A operand (FlashAttention-2 style); barrier. (3) Q and W of the next chunk start
+// loading; O += P V̄ and the output stored from registers; every warp updates its 16 × 64 part of
+// S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its accumulators; barrier.
 template <class T, int C>
 __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaRuleForwardParams p) {
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
@@ -881,16 +891,14 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
 
   load_rows(q_s, q, head_token0, min(C, L));
   load_rows(w_s, w, head_token0, min(C, L));
-  copy_async_commit();
   load_gates(head_token0, min(C, L));
   for (int chunk = 0; chunk < N; ++chunk) {
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) K and U start coming in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
+    // (1) K and U in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
     load_rows(k_s, k, token0, size);
     load_slice(v_new_s, u, token0, size);
-    copy_async_commit();
 #pragma unroll
     for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
@@ -912,49 +920,42 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
       if (lane < C) gates[lane] = lo;
       if (lane + 32 < C) gates[lane + 32] = hi;
     }
-    copy_async_wait<1>();  // this thread's Q and W have landed (K and U may not); the barrier publishes everyone's
+    copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
     __syncthreads();
 
-    // (2) −W Sᵀ and Q Sᵀ for this warp's 16 rows, one S fragment feeding both.
-    float V[kOutTiles][4], O[kOutTiles][4];
+    // (2) V̄, then Q Sᵀ and P, for this warp's 16 rows.
+    float O[kOutTiles][4];
     unsigned P_op[kScoreTiles][2];  // P rounded to T, A-operand layout
     if (computes_output) {
+      float V[kOutTiles][4];
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) V[n][x] = O[n][x] = 0.0f;
+        for (int half = 0; half < 2; ++half) {
+          const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + (i0 + g + 8 * half) * kTcVLd + out_col0 + 8 * n + 2 * t));
+          V[n][2 * half] = x.x, V[n][2 * half + 1] = x.y;
+        }
 #pragma unroll
       for (int kk = 0; kk < kTcKeys / 16; ++kk) {
         if (kk >= k_steps) break;
-        unsigned aw[4], aq[4];
-        ldmatrix_x4(aw, w_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
-        ldmatrix_x4(aq, q_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+        unsigned a[4];
+        ldmatrix_x4(a, w_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-        for (int x = 0; x < 4; ++x) aw[x] ^= 0x80008000u;  // −W: flipping the sign bits is exact
+        for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // −W: flipping the sign bits is exact
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
           unsigned bh[4], bl[4];  // Sᵀ: S stored [value][key], plain ldmatrix gives the col-major B
           ldmatrix_x4(bh, row);
           ldmatrix_x4(bl, row + (s_lo - s_hi));
-          mma_16816<T>(V[n], aw, bh[0], bh[1]);
-          mma_16816<T>(V[n + 1], aw, bh[2], bh[3]);
-          mma_16816<T>(O[n], aq, bh[0], bh[1]);
-          mma_16816<T>(O[n + 1], aq, bh[2], bh[3]);
-          mma_16816<T>(V[n], aw, bl[0], bl[1]);
-          mma_16816<T>(V[n + 1], aw, bl[2], bl[3]);
-          mma_16816<T>(O[n], aq, bl[0], bl[1]);
-          mma_16816<T>(O[n + 1], aq, bl[2], bl[3]);
+          mma_16816<T>(V[n], a, bh[0], bh[1]);
+          mma_16816<T>(V[n + 1], a, bh[2], bh[3]);
+          mma_16816<T>(V[n], a, bl[0], bl[1]);
+          mma_16816<T>(V[n + 1], a, bl[2], bl[3]);
         }
       }
-    }
-    copy_async_wait<0>();  // K and U
-    __syncthreads();
-
-    // (3) V̄ = U + (−W Sᵀ) in fp32, exposed when asked; rounded to T in place of U (the operand of
-    // P V̄ and, ungated, of the update); gated: the decay exp(G_last − G_i) in fp32 before its own
-    // rounding. Each thread reads exactly the U entries it overwrites. Then P.
-    if (computes_output) {
+      // V̄ in fp32 when asked; rounded to T in place of U (the operand of P V̄ and, ungated, of the
+      // update); gated: the decay exp(G_last − G_i) in fp32 before its own rounding.
       const float last = gated ? gates[size - 1] : 0.0f;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -963,14 +964,12 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
 #pragma unroll
         for (int n = 0; n < kOutTiles; ++n) {
           const int c = out_col0 + 8 * n + 2 * t;
-          unsigned* at = reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c);
-          const float2 u_pair = unpack_pair<T>(*at);
-          const float x0 = u_pair.x + V[n][2 * half], x1 = u_pair.y + V[n][2 * half + 1];
+          const float x0 = V[n][2 * half], x1 = V[n][2 * half + 1];
           if (p.v_new && r < size && v0 + c < DV) {
             float* dst = p.v_new + (token0 + r) * DV + v0 + c;
             dst[0] = x0, dst[1] = x1;
           }
-          *at = pack_pair<T>(x0, x1);
+          *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = pack_pair<T>(x0, x1);
           if (gated) *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = pack_pair<T>(x0 * decay, x1 * decay);
         }
       }
@@ -978,6 +977,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
       float P[kScoreTiles][4];
 #pragma unroll
       for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < kTcKeys / 16; ++kk) {
         if (kk >= k_steps) break;
@@ -990,6 +991,17 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
           ldmatrix_x4(bk, k_s + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
           mma_16816<T>(P[n], a, bk[0], bk[1]);
           mma_16816<T>(P[n + 1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];
+          ldmatrix_x4(bh, row);
+          ldmatrix_x4(bl, row + (s_lo - s_hi));
+          mma_16816<T>(O[n], a, bh[0], bh[1]);
+          mma_16816<T>(O[n + 1], a, bh[2], bh[3]);
+          mma_16816<T>(O[n], a, bl[0], bl[1]);
+          mma_16816<T>(O[n + 1], a, bl[2], bl[3]);
         }
       }
       // O = diag(γ) Q Sᵀ; P = Q Kᵀ ⊙ Γ ⊙ M in fp32, rounded to T once as an operand (no expf without
@@ -1017,12 +1029,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaR
     }
     __syncthreads();  // V̄ published; Q and W are no longer read
 
-    // (4) The next chunk's Q, W and g start loading; O += P V̄; the state update.
+    // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
     if (chunk + 1 < N) {
       const int next_size = min(C, L - t0 - C);
       load_rows(q_s, q, token0 + C, next_size);
       load_rows(w_s, w, token0 + C, next_size);
-      copy_async_commit();
       load_gates(token0 + C, next_size);
     }
     if (computes_output) {
