@@ -1,7 +1,7 @@
 // DeltaNet and Gated DeltaNet: chunkwise WY forward (two kernels) and recurrent decode.
 //
 // Precision plan (where values are rounded to the input dtype, and why):
-//   * Every product runs with fp32 accumulation: tensor cores (WMMA, bf16/fp16 operands) for
+//   * Every product runs with fp32 accumulation: tensor cores (WMMA or raw mma.sync, bf16/fp16 operands) for
 //     bf16/fp16 inputs, plain fp32 FMA for fp32 inputs.
 //   * A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ) and its inverse T stay in fp32 (the inverse
 //     amplifies errors in A when keys are not normalized, so A is never rounded).
@@ -9,8 +9,9 @@
 //     lo part in the input dtype (x = hi + lo + O(u²|x|)), so the tensor-core product sees T to
 //     about 16 bits instead of 8, at the cost of a second cheap MMA.
 //   * W and U are stored in the input dtype: they are tensor-core operands of the scan anyway.
-//   * The state S lives in fp32 for the whole scan; its copy rounded to the input dtype is the
-//     operand of W Sᵀ and Q Sᵀ (the one rounding that the best public kernels also make).
+//   * The state S lives in fp32 for the whole scan. Scan v4 (the default) feeds it to W Sᵀ and
+//     Q Sᵀ as a hi + lo pair in the input dtype (≈ 16 bits, two MMAs); v1–v3 round it once to the
+//     input dtype (the one rounding that the best public kernels also make).
 //   * V̄ = U − W Sᵀ is accumulated in fp32 and rounded to the input dtype only as an operand of
 //     P V̄ and of the state update; the gate decay is applied in fp32 before that rounding.
 //   * P = Q Kᵀ ⊙ Γ ⊙ M is formed in fp32 and rounded to the input dtype as an MMA operand.

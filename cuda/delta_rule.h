@@ -12,6 +12,7 @@
 //      16×16 forward substitution merged 16→32→64, W = T diag(β γ) K and U = T diag(β) V.
 //   2. chunk_scan (one block per head and DV slice, sequential over chunks): V̄ = U − W S_[c]ᵀ,
 //      O = diag(γ) Q S_[c]ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) V̄, S_[c+1] = γ_C S_[c] + (diag(γ_C/γ) V̄)ᵀ K.
+//      Default (v4): raw mma.sync with the fp32 state slice in registers (see `pipeline`).
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
 #pragma once
