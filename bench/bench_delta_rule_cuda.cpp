@@ -151,7 +151,8 @@ void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, S
 void BM_DeltaRuleChunkOutput(benchmark::State& state) { forward_benchmark(state, Stage::output); }
 
 // The scan stage at C = 64 for each value slice and scan version (tuning knobs of
-// cuda::DeltaRuleForwardParams: v1 direct loads, v2 register prefetch of the next chunk).
+// cuda::DeltaRuleForwardParams: v1 direct loads, v2 register prefetch of the next chunk; v4 has no
+// slice knob: BM_DeltaRuleChunkScan/pipeline:4).
 void BM_DeltaRuleScanSlice(benchmark::State& state) {
   const int slice = static_cast<int>(state.range(0)), pipeline = static_cast<int>(state.range(1));
   time_launches(state, [&](int i) {
@@ -193,11 +194,11 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
 #define DELTA_FORWARD_ARGS(...)                                                                          \
   ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, {__VA_ARGS__}})->UseManualTime()       \
       ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
-BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(1, 2, 3);
+BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(2, 3, 4);
 BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS(0);
-BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3);
+BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3, 4);
 BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
-BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2, 3}})->UseManualTime()
+BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2}})->UseManualTime()
     ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);

@@ -1,7 +1,7 @@
 // DeltaNet and Gated DeltaNet: chunkwise WY forward (two kernels) and recurrent decode.
 //
 // Precision plan (where values are rounded to the input dtype, and why):
-//   * Every product runs with fp32 accumulation: tensor cores (WMMA, bf16/fp16 operands) for
+//   * Every product runs with fp32 accumulation: tensor cores (WMMA or raw mma.sync, bf16/fp16 operands) for
 //     bf16/fp16 inputs, plain fp32 FMA for fp32 inputs.
 //   * A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ) and its inverse T stay in fp32 (the inverse
 //     amplifies errors in A when keys are not normalized, so A is never rounded).
@@ -9,8 +9,9 @@
 //     lo part in the input dtype (x = hi + lo + O(u²|x|)), so the tensor-core product sees T to
 //     about 16 bits instead of 8, at the cost of a second cheap MMA.
 //   * W and U are stored in the input dtype: they are tensor-core operands of the scan anyway.
-//   * The state S lives in fp32 for the whole scan; its copy rounded to the input dtype is the
-//     operand of W Sᵀ and Q Sᵀ (the one rounding that the best public kernels also make).
+//   * The state S lives in fp32 for the whole scan. Scan v4 (the default) feeds it to W Sᵀ and
+//     Q Sᵀ as a hi + lo pair in the input dtype (≈ 16 bits, two MMAs); v1–v3 round it once to the
+//     input dtype (the one rounding that the best public kernels also make).
 //   * V̄ = U − W Sᵀ is accumulated in fp32 and rounded to the input dtype only as an operand of
 //     P V̄ and of the state update; the gate decay is applied in fp32 before that rounding.
 //   * P = Q Kᵀ ⊙ Γ ⊙ M is formed in fp32 and rounded to the input dtype as an MMA operand.
@@ -37,7 +38,7 @@ constexpr int kPrepareThreads = 256;
 constexpr int kScanThreads = 256;
 constexpr int kDecodeThreads = 256;
 constexpr int kDefaultValueSlice = 64;  // value columns per scan block (tuned on the H200: NOTES_delta.md)
-constexpr int kDefaultPipeline = 2;     // scan version (NOTES_delta.md)
+constexpr int kDefaultPipeline = 4;     // scan version (NOTES_delta.md)
 constexpr int kPanel = 64;  // column panel of the W and U products (bounds the fp32 staging buffer)
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -172,15 +173,89 @@ __device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, 
   }
 }
 
-// Loads the fp32 log-gates of one chunk and forms their in-chunk cumulative sums G_i = Σ_{t≤i} g_t
-// (zero for DeltaNet and past the end of a partial chunk, where g is taken as 0).
-__device__ void load_cumulative_gates(float* cumulative, const float* log_gate, int size, int chunk_size) {
-  for (int i = threadIdx.x; i < chunk_size; i += blockDim.x)
-    cumulative[i] = (log_gate != nullptr && i < size) ? log_gate[i] : 0.0f;
-  __syncthreads();
-  if (threadIdx.x == 0)  // sequential on purpose: one fixed summation order, so results are deterministic
-    for (int i = 1; i < chunk_size; ++i) cumulative[i] += cumulative[i - 1];
+// In-chunk cumulative log-gates G_i = Σ_{t≤i} g_t of up to 64 values held two per lane (lo: i =
+// lane, hi: i = lane + 32), by a fixed shuffle tree: deterministic, and the same order in every
+// kernel that forms G.
+__device__ __forceinline__ void chunk_prefix_sums(float& lo, float& hi, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const float a = __shfl_up_sync(0xffffffffu, lo, d), b = __shfl_up_sync(0xffffffffu, hi, d);
+    if (lane >= d) lo += a, hi += b;
+  }
+  hi += __shfl_sync(0xffffffffu, lo, 31);
 }
+
+// Loads the fp32 log-gates of one chunk and forms their in-chunk cumulative sums G_i = Σ_{t≤i} g_t
+// (zero for DeltaNet and past the end of a partial chunk, where g is taken as 0). Warp 0 only;
+// the caller's barrier publishes the result.
+__device__ void load_cumulative_gates(float* cumulative, const float* log_gate, int size, int chunk_size) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  float lo = (log_gate != nullptr && lane < size) ? log_gate[lane] : 0.0f;
+  float hi = (log_gate != nullptr && lane + 32 < size) ? log_gate[lane + 32] : 0.0f;
+  chunk_prefix_sums(lo, hi, lane);
+  if (lane < chunk_size) cumulative[lane] = lo;
+  if (lane + 32 < chunk_size) cumulative[lane + 32] = hi;
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw tensor-core helpers. These (ldmatrix, mma.sync m16n8k16, bf16/fp16 pairs, cp.async) are copies of the
+// small inline wrappers in linear_attention.cu's pass_tensor_core (to be shared by the lead),
+// with the mma and the packing templated on the 16-bit type.
+
+__device__ __forceinline__ unsigned smem_address(const void* ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
+// Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
+}
+// d += a·b for one 16×8 fp32 tile (k = 16), operands in T (bf16 or fp16).
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats rounded to nearest even in T, x0 in the low half (the element with the lower index).
+template <class T>
+__device__ __forceinline__ unsigned pack_pair(float x0, float x1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
+    return *reinterpret_cast<const unsigned*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(x0, x1);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+}
+template <class T>
+__device__ __forceinline__ float2 unpack_pair(unsigned x) {
+  const T* h = reinterpret_cast<const T*>(&x);
+  return make_float2(to_float(h[0]), to_float(h[1]));
+}
+// x = hi + lo + O(u²|x|) for a pair (hi = T(x), lo = T(x − hi)): the fp32 state enters the
+// tensor cores to about 16 bits instead of 8.
+template <class T>
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+  hi = pack_pair<T>(x0, x1);
+  const float2 h = unpack_pair<T>(hi);
+  lo = pack_pair<T>(x0 - h.x, x1 - h.y);
+}
+// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
 // ---------------------------------------------------------------------------------------
 // Stage 1: WY preparation, one block per (chunk, head).
@@ -195,14 +270,19 @@ __host__ __device__ inline PrepareLayout prepare_layout(int element_size, int ch
   PrepareLayout l{};
   Carver c;
   l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(dp) * element_size);  // K, later V
-  // A is dead once T is built, so the fp32 staging of the W and U products reuses its space, and
-  // U's factors reuse W's once W is written: 70 KB at C = 64, DK = 128, three blocks per SM.
+  // A is dead once T is built, so its space takes what comes after. At C = 64 (16-bit inputs):
+  // the factors' hi and lo parts, 53 KB at DK = 128, four blocks per SM (NOTES_delta.md v8). At
+  // C ≤ 32, where registers, not shared memory, bound the blocks per SM: V, copied in early
+  // (see the kernel), the factors in their own space. fp32 inputs: the fp32 staging of
+  // the products. U's factors reuse W's once W is written.
+  const bool factors_in_system = split && chunk >= 64;
   const int system_pitch = float_pitch(chunk > kPanel ? chunk : kPanel);
-  l.system = c.take(static_cast<std::size_t>(chunk) * system_pitch * 4);
-  l.inverse = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
+  const std::size_t system = static_cast<std::size_t>(chunk) * system_pitch * 4;
   const std::size_t factor = static_cast<std::size_t>(chunk) * operand_pitch(chunk) * element_size;
-  l.w_hi = c.take(factor);
-  l.w_lo = split ? c.take(factor) : l.w_hi;
+  l.system = c.take(factors_in_system && 2 * factor > system ? 2 * factor : system);
+  l.inverse = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
+  l.w_hi = factors_in_system ? l.system : c.take(factor);
+  l.w_lo = factors_in_system ? l.system + factor : split ? c.take(factor) : l.w_hi;
   l.u_hi = l.w_hi;
   l.u_lo = l.w_lo;
   l.staging = l.system;
@@ -226,6 +306,47 @@ __device__ void wy_product(const T* hi, const T* lo, const T* operand, int op_pi
       out[static_cast<std::size_t>(i) * ld + p0 + j] = from_float<T>(staging[i * float_pitch(kPanel) + j]);
     });
     __syncthreads();
+  }
+}
+
+// The same product on tensor cores (16-bit inputs): mma.sync with the factor's hi and lo parts as
+// A operands (ldmatrix) and the operand rows as B (transposed ldmatrix); each warp owns one 16-row
+// block and every (kGroups)th 16-column block, and stores its accumulators rounded to T straight
+// from registers (no fp32 staging, no barriers). The factor is lower triangular: the k loop
+// stops at the diagonal block.
+template <class T, int C>
+__device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, int ld, int size, int cols) {
+  constexpr int kRowBlocks = C / 16, kGroups = kPrepareThreads / 32 / kRowBlocks, pf = operand_pitch(C);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int row_block = warp % kRowBlocks, i0 = 16 * row_block;
+  const bool pairs = cols % 2 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 3) == 0;  // 4-byte stores
+  for (int cb = warp / kRowBlocks; cb < (cols + 15) / 16; cb += kGroups) {
+    float acc[2][4] = {};
+    for (int kk = 0; kk <= row_block; ++kk) {
+      unsigned ah[4], al[4], b[4];
+      ldmatrix_x4(ah, hi + (i0 + lane % 16) * pf + kk * 16 + (lane / 16) * 8);
+      ldmatrix_x4(al, lo + (i0 + lane % 16) * pf + kk * 16 + (lane / 16) * 8);
+      // operand stored [token][column]: transposed ldmatrix gives the col-major B
+      ldmatrix_x4_trans(b, operand + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * op_pitch + cb * 16 + (lane >> 4) * 8);
+      mma_16816<T>(acc[0], ah, b[0], b[1]);
+      mma_16816<T>(acc[1], ah, b[2], b[3]);
+      mma_16816<T>(acc[0], al, b[0], b[1]);
+      mma_16816<T>(acc[1], al, b[2], b[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, c = cb * 16 + 8 * n + 2 * t;
+        if (i >= size || c >= cols) continue;
+        T* dst = out + static_cast<std::size_t>(i) * ld + c;  // W and U are stored in T: scan operands
+        if (pairs) {
+          *reinterpret_cast<unsigned*>(dst) = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
+        } else {
+          dst[0] = from_float<T>(acc[n][2 * half]);
+          if (c + 1 < cols) dst[1] = from_float<T>(acc[n][2 * half + 1]);
+        }
+      }
   }
 }
 
@@ -325,17 +446,44 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   }
   __syncthreads();
 
-  wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
-  load_operand(rows, pk, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
-  for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {  // W's factors are consumed: U's take their place
-    const int i = idx / C, j = idx % C;
-    const float uf = (j <= i ? t[i * pa + j] : 0.0f) * beta[j];
-    const T uh = from_float<T>(uf);
-    u_hi[i * pf + j] = uh;
-    if constexpr (kTensorCore<T>) u_lo[i * pf + j] = from_float<T>(uf - to_float(uh));
+  // U's factor T diag(β) replaces W's once W is written (without gates it is the same numbers: kept).
+  auto build_u_factors = [&] {
+    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
+      const int i = idx / C, j = idx % C;
+      const float uf = (j <= i ? t[i * pa + j] : 0.0f) * beta[j];
+      const T uh = from_float<T>(uf);
+      u_hi[i * pf + j] = uh;
+      if constexpr (kTensorCore<T>) u_lo[i * pf + j] = from_float<T>(uf - to_float(uh));
+    }
+  };
+  if constexpr (kTensorCore<T>) {
+    // C ≤ 32: V comes in (cp.async) while W is computed, into A's dead space when it fits (DV ≤ 128,
+    // 16-byte rows); otherwise (and at C = 64, whose factors live there) into the key rows once W is done.
+    const bool early_v = C < 64 && dvp <= 128 && DV % 8 == 0 && (reinterpret_cast<std::uintptr_t>(p.v) & 15) == 0;
+    T* v_rows = early_v ? reinterpret_cast<T*>(a) : rows;
+    const int pv = operand_pitch(dvp);
+    if (early_v) {
+      const T* v = static_cast<const T*>(p.v) + token0 * DV;
+      for_each_2d(C, dvp / 8, [&](int r, int vec) {
+        const int c = vec * 8;
+        const bool valid = r < size && c < DV;
+        copy_async_16(v_rows + r * pv + c, valid ? v + static_cast<std::size_t>(r) * DV + c : v, valid);
+      });
+    }
+    wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
+    __syncthreads();  // W's factors and the key rows are consumed: V and (gated) U's factors take their place
+    if (!early_v) load_operand(rows, pv, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+    if (gated) build_u_factors();
+    copy_async_wait_all();
+    __syncthreads();
+    wy_product_tc<T, C>(u_hi, u_lo, v_rows, pv, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
+  } else {
+    wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
+    load_operand(rows, pk, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+    build_u_factors();
+    __syncthreads();
+    wy_product<T, C>(u_hi, u_lo, rows, pk, staging, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
   }
-  __syncthreads();
-  wy_product<T, C>(u_hi, u_lo, rows, pk, staging, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -500,8 +648,13 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(DeltaRuleForwa
     NextChunk<T, C, BV> next;
     if constexpr (Prefetch) {
       if (chunk + 1 < N) next.issue(p, token0 + C, min(C, L - begin - C), dkp, v0, bv, Fused);
-      if (chunk > 0 && threadIdx.x == 0)  // the committed raw gates: same sequential sum as load_cumulative_gates
-        for (int i = 1; i < C; ++i) gates[i] += gates[i - 1];
+      if (chunk > 0 && threadIdx.x < 32) {  // the committed raw gates, summed as load_cumulative_gates does
+        const int lane = threadIdx.x;
+        float lo = lane < C ? gates[lane] : 0.0f, hi = lane + 32 < C ? gates[lane + 32] : 0.0f;
+        chunk_prefix_sums(lo, hi, lane);
+        if (lane < C) gates[lane] = lo;
+        if (lane + 32 < C) gates[lane + 32] = hi;
+      }
     }
 
     // V̄ = U + (−W) Sᵀ
@@ -637,6 +790,309 @@ __global__ void __launch_bounds__(kScanThreads) chunk_output_kernel(DeltaRuleFor
 }
 
 // ---------------------------------------------------------------------------------------
+
+// Scan v4: raw tensor cores with the state in registers (16-bit inputs, DK ≤ 128, DK and DV
+// multiples of 8). One block of 8 warps per head and 64 value rows of S; two blocks per SM.
+
+constexpr int kTcScanThreads = 256, kTcSlice = 64, kTcKeys = 128;
+constexpr int kTcLd = kTcKeys + 8, kTcVLd = kTcSlice + 8;  // padded rows: ldmatrix without bank conflicts
+
+struct TcScanLayout {
+  std::size_t s_hi, s_lo, queries, keys, w, v_new, v_decayed, gates, bytes;
+};
+__host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
+  TcScanLayout l{};
+  l.s_hi = 0;
+  l.s_lo = l.s_hi + kTcSlice * kTcLd * 2;
+  l.queries = l.s_lo + kTcSlice * kTcLd * 2;
+  l.keys = l.queries + chunk * kTcLd * 2;
+  l.w = l.keys + chunk * kTcLd * 2;
+  l.v_new = l.w + chunk * kTcLd * 2;
+  l.v_decayed = l.v_new + chunk * kTcVLd * 2;
+  l.gates = l.v_decayed + chunk * kTcVLd * 2;
+  l.bytes = l.gates + chunk * 4;
+  return l;
+}
+
+
+// Per chunk: (1) copy K and U in (cp.async; Q, W and g were prefetched during the previous
+// chunk), publish S_[c] from the registers to shared memory as hi + lo; barrier. (2) Each output
+// warp (16 rows, 16 or 32 value columns): V̄ = U − W Sᵀ, written back in place of U rounded to T
+// (and its decayed copy when gated); then Q Sᵀ and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M, P kept in
+// registers as an A operand (FlashAttention-2 style); barrier. (3) Q and W of the next chunk start
+// loading; O += P V̄ and the output stored from registers; every warp updates its 16 × 64 part of
+// S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its accumulators; barrier.
+template <class T, int C>
+__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_tc_kernel(DeltaRuleForwardParams p) {
+  constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
+  constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
+  constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
+  constexpr int kScoreTiles = C / 8;
+  constexpr int kStateTiles = kTcKeys / 2 / 8;  // n8 tiles of the warp's 16 × 64 state part
+  constexpr TcScanLayout lay = tc_scan_layout(C);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* s_hi = reinterpret_cast<T*>(smem + lay.s_hi);  // [64][kTcLd] S_[c] rows (value) × key, hi part
+  T* s_lo = reinterpret_cast<T*>(smem + lay.s_lo);
+  T* q_s = reinterpret_cast<T*>(smem + lay.queries);  // [C][kTcLd] chunk rows × key
+  T* k_s = reinterpret_cast<T*>(smem + lay.keys);
+  T* w_s = reinterpret_cast<T*>(smem + lay.w);
+  T* v_new_s = reinterpret_cast<T*>(smem + lay.v_new);       // [C][kTcVLd] U, then V̄ rounded to T
+  T* v_decayed_s = reinterpret_cast<T*>(smem + lay.v_decayed);  // diag(γ_C/γ) V̄ rounded to T (gated)
+  float* gates = reinterpret_cast<float*>(smem + lay.gates);   // G_i
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int head = blockIdx.y, v0 = blockIdx.x * kTcSlice;
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
+  const int k_steps = (DK + 15) / 16;
+  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
+  const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
+  const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
+  const bool gated = p.log_gate != nullptr;
+  const T* q = static_cast<const T*>(p.q);
+  const T* k = static_cast<const T*>(p.k);
+  const T* w = static_cast<const T*>(p.w);
+  const T* u = static_cast<const T*>(p.u);
+  T* out = static_cast<T*>(p.output);
+  const std::size_t head_token0 = static_cast<std::size_t>(head) * L;
+
+  // Rows of a [.., L, DK] tensor into [C][kTcLd] (zero past the chunk and past DK).
+  auto load_rows = [&](T* dst, const T* src, std::size_t token0, int size) {
+    for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
+      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;  // constant divisors: shifts
+      const bool valid = r < size && c < DK;
+      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * DK + c : src, valid);
+    }
+  };
+  // Value columns v0.. of a [.., L, DV] tensor into [C][kTcVLd].
+  auto load_slice = [&](T* dst, const T* src, std::size_t token0, int size) {
+    for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
+      const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
+      const bool valid = r < size && v0 + c < DV;
+      copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
+    }
+  };
+  float g_lo = 0.0f, g_hi = 0.0f;  // warp 0: raw log-gates of the chunk being loaded (i = lane, lane + 32)
+  auto load_gates = [&](std::size_t token0, int size) {
+    if (gated && warp == 0) {
+      g_lo = lane < size ? p.log_gate[token0 + lane] : 0.0f;
+      g_hi = lane + 32 < size ? p.log_gate[token0 + lane + 32] : 0.0f;
+    }
+  };
+
+  // State rows state_rows + {g, g+8}, key columns state_key0 + 8n + 2t + {0, 1}: accumulator layout.
+  float S[kStateTiles][4];
+#pragma unroll
+  for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      S[n][x] = (p.initial_state && row < DV && col < DK) ? p.initial_state[(static_cast<std::size_t>(head) * DV + row) * DK + col] : 0.0f;
+    }
+
+  load_rows(q_s, q, head_token0, min(C, L));
+  load_rows(w_s, w, head_token0, min(C, L));
+  load_gates(head_token0, min(C, L));
+  for (int chunk = 0; chunk < N; ++chunk) {
+    const int t0 = chunk * C, size = min(C, L - t0);
+    const std::size_t token0 = head_token0 + t0;
+
+    // (1) K and U in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
+    load_rows(k_s, k, token0, size);
+    load_slice(v_new_s, u, token0, size);
+#pragma unroll
+    for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
+        unsigned hi, lo;
+        split_pair<T>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
+        *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = hi;
+        *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = lo;
+        if (p.boundary_states && v0 + r < DV && c < DK) {
+          float* dst = p.boundary_states + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
+          dst[0] = S[n][2 * half];
+          if (c + 1 < DK) dst[1] = S[n][2 * half + 1];
+        }
+      }
+    if (gated && warp == 0) {
+      float lo = g_lo, hi = g_hi;
+      chunk_prefix_sums(lo, hi, lane);
+      if (lane < C) gates[lane] = lo;
+      if (lane + 32 < C) gates[lane + 32] = hi;
+    }
+    copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
+    __syncthreads();
+
+    // (2) V̄, then Q Sᵀ and P, for this warp's 16 rows.
+    float O[kOutTiles][4];
+    unsigned P_op[kScoreTiles][2];  // P rounded to T, A-operand layout
+    if (computes_output) {
+      float V[kOutTiles][4];
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + (i0 + g + 8 * half) * kTcVLd + out_col0 + 8 * n + 2 * t));
+          V[n][2 * half] = x.x, V[n][2 * half + 1] = x.y;
+        }
+#pragma unroll
+      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, w_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // −W: flipping the sign bits is exact
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];  // Sᵀ: S stored [value][key], plain ldmatrix gives the col-major B
+          ldmatrix_x4(bh, row);
+          ldmatrix_x4(bl, row + (s_lo - s_hi));
+          mma_16816<T>(V[n], a, bh[0], bh[1]);
+          mma_16816<T>(V[n + 1], a, bh[2], bh[3]);
+          mma_16816<T>(V[n], a, bl[0], bl[1]);
+          mma_16816<T>(V[n + 1], a, bl[2], bl[3]);
+        }
+      }
+      // V̄ in fp32 when asked; rounded to T in place of U (the operand of P V̄ and, ungated, of the
+      // update); gated: the decay exp(G_last − G_i) in fp32 before its own rounding.
+      const float last = gated ? gates[size - 1] : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = i0 + g + 8 * half;
+        const float decay = gated ? expf(last - gates[r]) : 1.0f;
+#pragma unroll
+        for (int n = 0; n < kOutTiles; ++n) {
+          const int c = out_col0 + 8 * n + 2 * t;
+          const float x0 = V[n][2 * half], x1 = V[n][2 * half + 1];
+          if (p.v_new && r < size && v0 + c < DV) {
+            float* dst = p.v_new + (token0 + r) * DV + v0 + c;
+            dst[0] = x0, dst[1] = x1;
+          }
+          *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = pack_pair<T>(x0, x1);
+          if (gated) *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = pack_pair<T>(x0 * decay, x1 * decay);
+        }
+      }
+
+      float P[kScoreTiles][4];
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];
+        ldmatrix_x4(a, q_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; n += 2) {
+          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
+          unsigned bk[4];  // Kᵀ: K stored [token][key], plain ldmatrix gives the col-major B
+          ldmatrix_x4(bk, k_s + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_16816<T>(P[n], a, bk[0], bk[1]);
+          mma_16816<T>(P[n + 1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];
+          ldmatrix_x4(bh, row);
+          ldmatrix_x4(bl, row + (s_lo - s_hi));
+          mma_16816<T>(O[n], a, bh[0], bh[1]);
+          mma_16816<T>(O[n + 1], a, bh[2], bh[3]);
+          mma_16816<T>(O[n], a, bl[0], bl[1]);
+          mma_16816<T>(O[n + 1], a, bl[2], bl[3]);
+        }
+      }
+      // O = diag(γ) Q Sᵀ; P = Q Kᵀ ⊙ Γ ⊙ M in fp32, rounded to T once as an operand (no expf without
+      // gates: every decay is exactly 1, same bits).
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = i0 + g + 8 * half;
+        const float gate_r = gated ? gates[r] : 0.0f;
+        if (gated) {
+          const float decay = expf(gate_r);
+#pragma unroll
+          for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
+        }
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; ++n) {
+          const int j = 8 * n + 2 * t;
+          float x0 = j <= r ? P[n][2 * half] : 0.0f, x1 = j + 1 <= r ? P[n][2 * half + 1] : 0.0f;
+          if (gated) {
+            if (j <= r) x0 *= expf(gate_r - gates[j]);
+            if (j + 1 <= r) x1 *= expf(gate_r - gates[j + 1]);
+          }
+          P_op[n][half] = pack_pair<T>(x0, x1);
+        }
+      }
+    }
+    __syncthreads();  // V̄ published; Q and W are no longer read
+
+    // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
+    if (chunk + 1 < N) {
+      const int next_size = min(C, L - t0 - C);
+      load_rows(q_s, q, token0 + C, next_size);
+      load_rows(w_s, w, token0 + C, next_size);
+      load_gates(token0 + C, next_size);
+    }
+    if (computes_output) {
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj > row_block) break;
+        const unsigned a[4] = {P_op[2 * jj][0], P_op[2 * jj][1], P_op[2 * jj + 1][0], P_op[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bv[4];  // V̄ stored [token][value]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bv, v_new_s + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_16816<T>(O[n], a, bv[0], bv[1]);
+          mma_16816<T>(O[n + 1], a, bv[2], bv[3]);
+        }
+      }
+      // The output rounded to T, two values per store.
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
+          if (r < size && c < DV) *reinterpret_cast<unsigned*>(out + (token0 + r) * DV + c) = pack_pair<T>(O[n][2 * half], O[n][2 * half + 1]);
+        }
+    }
+    if (gated) {
+      const float decay = expf(gates[size - 1]);
+#pragma unroll
+      for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) S[n][x] *= decay;
+    }
+    const T* v_update = gated ? v_decayed_s : v_new_s;
+#pragma unroll
+    for (int jj = 0; jj < kRowBlocks; ++jj) {
+      if (jj * 16 >= size) break;  // zero rows add nothing
+      unsigned a[4];  // V̄ᵀ rows = value, from V̄ stored [token][value]: transposed ldmatrix
+      ldmatrix_x4_trans(a, v_update + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int n = 0; n < kStateTiles; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
+        unsigned bk[4];  // K stored [token][key]: transposed ldmatrix gives the col-major B
+        ldmatrix_x4_trans(bk, k_s + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
+        mma_16816<T>(S[n], a, bk[0], bk[1]);
+        mma_16816<T>(S[n + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();  // K, V̄ and S_hi/lo are rewritten by the next chunk
+  }
+#pragma unroll
+  for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      if (row < DV && col < DK) p.final_state[(static_cast<std::size_t>(head) * DV + row) * DK + col] = S[n][x];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Decode: one warp per state row v (a row depends only on v_t[v]); the row lives in registers
 // across tokens, lane l holding entries l, l + 32, ...
 
@@ -701,13 +1157,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeP
 // Host side: validation, then launch.
 
 // The scan version that runs: params.pipeline, or when 0 the default, which the environment
-// variable DELTAPROOF_DELTA_PIPELINE (1, 2 or 3) may override for experiments and for running the
+// variable DELTAPROOF_DELTA_PIPELINE (1 to 4) may override for experiments and for running the
 // whole test suite on each version.
 int effective_pipeline(const DeltaRuleForwardParams& p) {
   static const int from_environment = [] {
     const char* value = std::getenv("DELTAPROOF_DELTA_PIPELINE");
     const int v = value ? std::atoi(value) : 0;
-    return v >= 1 && v <= 3 ? v : 0;
+    return v >= 1 && v <= 4 ? v : 0;
   }();
   if (p.pipeline != 0) return p.pipeline;
   return from_environment != 0 ? from_environment : kDefaultPipeline;
@@ -716,6 +1172,17 @@ int effective_pipeline(const DeltaRuleForwardParams& p) {
 // v3 (scan, then a parallel output kernel) for 16-bit inputs when asked for.
 bool split_output(const DeltaRuleForwardParams& p) {
   return effective_pipeline(p) == 3 && p.dtype != DType::f32 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0;
+}
+
+bool aligned_to(const void* pointer, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0; }
+
+// v4 (tensor cores, state in registers) when asked for (the default) and the inputs allow it:
+// 16-bit, DK ≤ 128, DK and DV multiples of 8 and 16-byte aligned rows (cp.async). Otherwise v2
+// (or v1) runs.
+bool register_scan(const DeltaRuleForwardParams& p) {
+  return effective_pipeline(p) == 4 && p.dtype != DType::f32 && p.key_dim <= kTcKeys && p.key_dim % 8 == 0 &&
+         p.value_dim % 8 == 0 && aligned_to(p.q, 16) && aligned_to(p.k, 16) && aligned_to(p.w, 16) &&
+         aligned_to(p.u, 16) && aligned_to(p.output, 4);
 }
 
 void require_data(const void* pointer, DType dtype, const std::string& name) {
@@ -746,7 +1213,7 @@ void validate(const DeltaRuleForwardParams& p) {
   require_common(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, "length");
   require_argument(p.chunk_size == 16 || p.chunk_size == 32 || p.chunk_size == 64, "chunk_size",
                    "must be 16, 32 or 64, got " + std::to_string(p.chunk_size));
-  require_argument(p.pipeline >= 0 && p.pipeline <= 3, "pipeline", "must be 0, 1, 2 or 3, got " + std::to_string(p.pipeline));
+  require_argument(p.pipeline >= 0 && p.pipeline <= 4, "pipeline", "must be 0, 1, 2, 3 or 4, got " + std::to_string(p.pipeline));
   if (split_output(p)) {
     require_data(p.state_operands, p.dtype, "state_operands");
     require_data(p.v_new_operands, p.dtype, "v_new_operands");
@@ -830,11 +1297,20 @@ int fitting_slice(const DeltaRuleForwardParams& p, int element_size, int chunk) 
   return slice;
 }
 
+template <class T, int C>
+void register_scan_typed(const DeltaRuleForwardParams& p) {
+  constexpr std::size_t smem = tc_scan_layout(C).bytes;
+  const dim3 grid((p.value_dim + kTcSlice - 1) / kTcSlice, p.batch * p.heads);
+  launch(chunk_scan_tc_kernel<T, C>, grid, kTcScanThreads, smem, p.stream,
+         "chunk_scan_tc_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+}
+
 template <class T, int C, bool Output>
 void scan_or_output(const DeltaRuleForwardParams& p) {
   if constexpr (!kTensorCore<T>) {
     if constexpr (!Output) scan_sliced<T, C, 16>(p);
   } else {
+    if (!Output && register_scan(p)) return register_scan_typed<T, C>(p);
     switch (Output ? (p.value_slice == 0 ? kDefaultValueSlice : p.value_slice) : fitting_slice(p, sizeof(T), C)) {
       case 16: return Output ? output_sliced<T, C, 16>(p) : scan_sliced<T, C, 16>(p);
       case 32: return Output ? output_sliced<T, C, 32>(p) : scan_sliced<T, C, 32>(p);

@@ -12,6 +12,7 @@
 //      16×16 forward substitution merged 16→32→64, W = T diag(β γ) K and U = T diag(β) V.
 //   2. chunk_scan (one block per head and DV slice, sequential over chunks): V̄ = U − W S_[c]ᵀ,
 //      O = diag(γ) Q S_[c]ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) V̄, S_[c+1] = γ_C S_[c] + (diag(γ_C/γ) V̄)ᵀ K.
+//      Default (v4): raw mma.sync with the fp32 state slice in registers (see `pipeline`).
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
 #pragma once
@@ -54,10 +55,14 @@ struct DeltaRuleForwardParams {
   // inputs always use 16 (shared memory). A tuning knob only: each column's
   // arithmetic is the same whatever the slice, so results are equal bit for bit (tested).
   int value_slice = 0;
-  // Scan version: 0 default (v2), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
+  // Scan version: 0 default (v4), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
   // registers), 3 = v3 (v2 without the output, then a parallel output kernel over all chunks;
-  // needs state_operands and v_new_operands). v2 and v3 need 16-bit inputs with DK, DV multiples
-  // of 8, else v1 runs. Same bits whichever runs (tested).
+  // needs state_operands and v_new_operands), 4 = v4 (raw mma.sync, the state in registers, S fed
+  // to the tensor cores as a hi + lo pair; always 64 value columns per block, value_slice is not
+  // used). v2 and v3 need 16-bit inputs with DK, DV multiples of 8, else v1 runs; v4 also needs
+  // DK <= 128 and 16-byte aligned q, k, w, u, else v2 (or v1) runs. v1, v2 and v3 give the same
+  // bits (tested); v4 rounds S differently (hi + lo instead of one rounding), so its bits differ
+  // from theirs, but are the same whatever the value slice and from run to run (tested).
   int pipeline = 0;
   void* state_operands = nullptr;  // [B, H, N, DV, DK] dtype: S_[c] rounded to the dtype (v3 workspace)
   void* v_new_operands = nullptr;  // [B, H, L, DV] dtype: V̄ rounded to the dtype (v3 workspace)
