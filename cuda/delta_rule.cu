@@ -18,6 +18,7 @@
 #include "cuda/delta_rule.h"
 
 #include "cuda/check.hpp"
+#include "cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -198,64 +199,8 @@ __device__ void load_cumulative_gates(float* cumulative, const float* log_gate, 
   if (lane + 32 < chunk_size) cumulative[lane + 32] = hi;
 }
 
-// ---------------------------------------------------------------------------------------
-// Raw tensor-core helpers. These (ldmatrix, mma.sync m16n8k16, bf16/fp16 pairs, cp.async) are copies of the
-// small inline wrappers in linear_attention.cu's pass_tensor_core (to be shared by the lead),
-// with the mma and the packing templated on the 16-bit type.
-
-__device__ __forceinline__ unsigned smem_address(const void* ptr) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
-}
-// Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row_address)));
-}
-// d += a·b for one 16×8 fp32 tile (k = 16), operands in T (bf16 or fp16).
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Two floats rounded to nearest even in T, x0 in the low half (the element with the lower index).
-template <class T>
-__device__ __forceinline__ unsigned pack_pair(float x0, float x1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
-    return *reinterpret_cast<const unsigned*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(x0, x1);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-}
-template <class T>
-__device__ __forceinline__ float2 unpack_pair(unsigned x) {
-  const T* h = reinterpret_cast<const T*>(&x);
-  return make_float2(to_float(h[0]), to_float(h[1]));
-}
-// x = hi + lo + O(u²|x|) for a pair (hi = T(x), lo = T(x − hi)): the fp32 state enters the
-// tensor cores to about 16 bits instead of 8.
-template <class T>
-__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
-  hi = pack_pair<T>(x0, x1);
-  const float2 h = unpack_pair<T>(hi);
-  lo = pack_pair<T>(x0 - h.x, x1 - h.y);
-}
-// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+// Raw tensor-core helpers (ldmatrix, mma.sync, 16-bit pairs, cp.async): cuda/tensor_core.cuh.
+using namespace tensor_core;
 
 // ---------------------------------------------------------------------------------------
 // Stage 1: WY preparation, one block per (chunk, head).

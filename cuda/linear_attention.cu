@@ -12,6 +12,7 @@
 // A reversed pass reads tokens from the end (token L−1−t), so Mᵀ becomes the causal mask and the
 // state it carries is G, the gradient of the state after the chunk.
 #include "cuda/linear_attention.h"
+#include "cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -270,6 +271,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // more, with G read transposed): one reversed scan instead of two.
 
 using bf16 = __nv_bfloat16;
+using namespace tensor_core;
 constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcDim = 128;  // head dims padded to 128
 constexpr int kTcStateRowBlocks = kTcDim / 16;                        // 16-row slices of the state
 constexpr int kTcStateKeys = kTcDim * kTcStateRowBlocks / kTcWarps;   // key columns of the state each warp owns
@@ -285,16 +287,10 @@ struct TcLayout {
 };
 static_assert(TcLayout::bytes(4) <= 227 * 1024, "the fused pass must fit one SM's shared memory");
 
-__device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-// Four 8×8 b16 matrices from shared memory; lane l supplies the row address of matrix l/8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+// An fp32 operand pair as bf16 hi + lo (tensor_core.cuh); `single` plants the bug of dropping lo.
+__device__ __forceinline__ void split_operand(float x0, float x1, unsigned& hi, unsigned& lo, bool single) {
+  split_pair<bf16>(x0, x1, hi, lo);
+  if (single) lo = 0u;
 }
 
 // Per-lane byte offsets of the ldmatrix row addresses inside a row-major tile of pitch ld:
@@ -308,34 +304,6 @@ struct LaneOffsets {
         b_trans((((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2),
         a_trans((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2) {}
 };
-
-// d += a·b for one 16×8 tile (k = 16). Registers only (not volatile), so the compiler may
-// schedule it between the shared-memory loads.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned pack_bf16(float lo_half, float hi_half) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
-  return *reinterpret_cast<const unsigned*>(&v);
-}
-// x = hi + lo (+ 2⁻¹⁶|x|) for a pair of values; `single` plants the bug of dropping lo.
-__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo, bool single) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  hi = *reinterpret_cast<const unsigned*>(&h);
-  lo = single ? 0u : pack_bf16(x0 - __low2float(h), x1 - __high2float(h));
-}
-
-// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Wait until at most `pending` of this thread's committed copy groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(pending)); }
 
 // Rows [t0, t0+cn) of a bf16 matrix into a shared [64][kTcLd] tile, columns [0, 128), zero
 // outside the chunk and beyond valid_cols (so padded products add exact zeros).
@@ -389,8 +357,8 @@ __device__ __forceinline__ void tc_scores(const Pass& p, unsigned a_tile, unsign
         ldmatrix_x4(a[(kk + 1) % 2], a_row + (kk + 1) * 32);
         ldmatrix_x4(bk[(kk + 1) % 2], b_row + (kk + 1) * 32);
       }
-      mma_bf16(P[kk % 2][0], a[kk % 2], bk[kk % 2][0], bk[kk % 2][1]);
-      mma_bf16(P[kk % 2][1], a[kk % 2], bk[kk % 2][2], bk[kk % 2][3]);
+      mma_16816<bf16>(P[kk % 2][0], a[kk % 2], bk[kk % 2][0], bk[kk % 2][1]);
+      mma_16816<bf16>(P[kk % 2][1], a[kk % 2], bk[kk % 2][2], bk[kk % 2][3]);
     }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -400,7 +368,7 @@ __device__ __forceinline__ void tc_scores(const Pass& p, unsigned a_tile, unsign
         const float x0 = in_mask(p, i, j) ? P[0][n][2 * half] + P[1][n][2 * half] : 0.f;
         const float x1 = in_mask(p, i, j + 1) ? P[0][n][2 * half + 1] + P[1][n][2 * half + 1] : 0.f;
         unsigned hi, lo;
-        split_pair(x0, x1, hi, lo, p.bug == PlantedBug::single_bf16_operands);
+        split_operand(x0, x1, hi, lo, p.bug == PlantedBug::single_bf16_operands);
         *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
         *reinterpret_cast<unsigned*>(Plo + i * kTcPLd + j) = lo;
       }
@@ -434,13 +402,13 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
     for (int n = 0; n < kOutTiles; n += 2) ldmatrix_x4_trans(bx[n / 2], x_row + (jj * 16 * kTcLd + 8 * n) * 2);
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      mma_bf16(O[n], ah, bx[n / 2][0], bx[n / 2][1]);
-      mma_bf16(O[n + 1], ah, bx[n / 2][2], bx[n / 2][3]);
+      mma_16816<bf16>(O[n], ah, bx[n / 2][0], bx[n / 2][1]);
+      mma_16816<bf16>(O[n + 1], ah, bx[n / 2][2], bx[n / 2][3]);
     }
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      mma_bf16(O[n], al, bx[n / 2][0], bx[n / 2][1]);
-      mma_bf16(O[n + 1], al, bx[n / 2][2], bx[n / 2][3]);
+      mma_16816<bf16>(O[n], al, bx[n / 2][0], bx[n / 2][1]);
+      mma_16816<bf16>(O[n + 1], al, bx[n / 2][2], bx[n / 2][3]);
     }
   }
   const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2;
@@ -463,13 +431,13 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
     }
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      mma_bf16(O[n], a, bh[n / 2][0], bh[n / 2][1]);
-      mma_bf16(O[n + 1], a, bh[n / 2][2], bh[n / 2][3]);
+      mma_16816<bf16>(O[n], a, bh[n / 2][0], bh[n / 2][1]);
+      mma_16816<bf16>(O[n + 1], a, bh[n / 2][2], bh[n / 2][3]);
     }
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) {
-      mma_bf16(O[n], a, bl[n / 2][0], bl[n / 2][1]);
-      mma_bf16(O[n + 1], a, bl[n / 2][2], bl[n / 2][3]);
+      mma_16816<bf16>(O[n], a, bl[n / 2][0], bl[n / 2][1]);
+      mma_16816<bf16>(O[n + 1], a, bl[n / 2][2], bl[n / 2][3]);
     }
   }
   bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
@@ -481,7 +449,7 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
       if (i >= cn) continue;
       bf16* dst = out + token_row(p, t0 + i) * out_s.row + c;
       if (vec) {
-        if (c < valid_cols) *reinterpret_cast<unsigned*>(dst) = pack_bf16(O[n][2 * half], O[n][2 * half + 1]);
+        if (c < valid_cols) *reinterpret_cast<unsigned*>(dst) = pack_pair<bf16>(O[n][2 * half], O[n][2 * half + 1]);
       } else {
         if (c < valid_cols) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
         if (c + 1 < valid_cols) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
@@ -550,7 +518,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
       for (int half = 0; half < 2; ++half) {
         const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
         unsigned hi, lo;
-        split_pair(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
+        split_operand(S[n][2 * half], S[n][2 * half + 1], hi, lo, single);
         *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
         *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
         if (p.boundary && r < V)
@@ -579,8 +547,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
       for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
 #pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) {
-        mma_bf16(S[n], a, bk[n / 2][0], bk[n / 2][1]);
-        mma_bf16(S[n + 1], a, bk[n / 2][2], bk[n / 2][3]);
+        mma_16816<bf16>(S[n], a, bk[n / 2][0], bk[n / 2][1]);
+        mma_16816<bf16>(S[n + 1], a, bk[n / 2][2], bk[n / 2][3]);
       }
     }
     __syncthreads();  // P is published
