@@ -293,6 +293,16 @@ __device__ __forceinline__ void split_operand(float x0, float x1, unsigned& hi, 
   if (single) lo = 0u;
 }
 
+// acc[n] += a · B_n over a row of n8 tiles for one k16 step; b[m] holds tiles 2m and 2m+1.
+template <int kTiles>
+__device__ __forceinline__ void mma_row(float (&acc)[kTiles][4], const unsigned (&a)[4], const unsigned (&b)[kTiles / 2][4]) {
+#pragma unroll
+  for (int n = 0; n < kTiles; n += 2) {
+    mma_16816<bf16>(acc[n], a, b[n / 2][0], b[n / 2][1]);
+    mma_16816<bf16>(acc[n + 1], a, b[n / 2][2], b[n / 2][3]);
+  }
+}
+
 // Per-lane byte offsets of the ldmatrix row addresses inside a row-major tile of pitch ld:
 // A operand (16×16) from [m][k]; B operand (two n8 tiles × k16) from [n][k] (plain) or from
 // [k][n] (.trans); A operand from [k][m] (.trans).
@@ -400,16 +410,8 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
     ldmatrix_x4(al, p_row + (TcLayout::plo - TcLayout::phi) + jj * 32);
 #pragma unroll
     for (int n = 0; n < kOutTiles; n += 2) ldmatrix_x4_trans(bx[n / 2], x_row + (jj * 16 * kTcLd + 8 * n) * 2);
-#pragma unroll
-    for (int n = 0; n < kOutTiles; n += 2) {
-      mma_16816<bf16>(O[n], ah, bx[n / 2][0], bx[n / 2][1]);
-      mma_16816<bf16>(O[n + 1], ah, bx[n / 2][2], bx[n / 2][3]);
-    }
-#pragma unroll
-    for (int n = 0; n < kOutTiles; n += 2) {
-      mma_16816<bf16>(O[n], al, bx[n / 2][0], bx[n / 2][1]);
-      mma_16816<bf16>(O[n + 1], al, bx[n / 2][2], bx[n / 2][3]);
-    }
+    mma_row(O, ah, bx);
+    mma_row(O, al, bx);
   }
   const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2;
   const unsigned s_row = kStateTransposed ? smem_base + TcLayout::shi + lo136.b_trans + out_col0 * 2
@@ -429,16 +431,8 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
         ldmatrix_x4(bl[n / 2], at + (TcLayout::slo - TcLayout::shi));
       }
     }
-#pragma unroll
-    for (int n = 0; n < kOutTiles; n += 2) {
-      mma_16816<bf16>(O[n], a, bh[n / 2][0], bh[n / 2][1]);
-      mma_16816<bf16>(O[n + 1], a, bh[n / 2][2], bh[n / 2][3]);
-    }
-#pragma unroll
-    for (int n = 0; n < kOutTiles; n += 2) {
-      mma_16816<bf16>(O[n], a, bl[n / 2][0], bl[n / 2][1]);
-      mma_16816<bf16>(O[n + 1], a, bl[n / 2][2], bl[n / 2][3]);
-    }
+    mma_row(O, a, bh);
+    mma_row(O, a, bl);
   }
   bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
 #pragma unroll
@@ -545,11 +539,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
       ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
 #pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
-#pragma unroll
-      for (int n = 0; n < kTcStateKeys / 8; n += 2) {
-        mma_16816<bf16>(S[n], a, bk[n / 2][0], bk[n / 2][1]);
-        mma_16816<bf16>(S[n + 1], a, bk[n / 2][2], bk[n / 2][3]);
-      }
+      mma_row(S, a, bk);
     }
     __syncthreads();  // P is published
     // 3. O = P V + Q Sᵀ.
