@@ -10,7 +10,8 @@
 //   dK = V G_[c+1] + (V dOᵀ ⊙ Mᵀ) Q       reversed pass, q'=V, k'=dO, v'=Q,  S'_0 = dS_Lᵀ
 //   dV = K G_[c+1]ᵀ + (K Qᵀ ⊙ Mᵀ) dO      reversed pass, q'=K, k'=Q,  v'=dO, S'_0 = dS_L, S'_L = dS_0
 // A reversed pass reads tokens from the end (token L−1−t), so Mᵀ becomes the causal mask and the
-// state it carries is G, the gradient of the state after the chunk.
+// state it carries is G, the gradient of the state after the chunk. On tensor cores the dK and dV
+// passes run as one fused reversed scan (they share their tiles and G).
 #include "cuda/linear_attention.h"
 #include "cuda/tensor_core.cuh"
 
