@@ -5,69 +5,25 @@
 // launch each, median reported; two input sets alternate so that a launch never finds its inputs
 // in L2 (each set is far larger than the 50 MB L2). Data random and never zero: keys normalized
 // in expectation (entries ~ ±0.088 ≈ 1/√128), β in (0.25, 1), g in (−0.1, −0.025).
+#include "bench/cuda_bench_support.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
-#include <cstring>
-#include <random>
 #include <vector>
 
 namespace kc = deltaproof::cuda;
 using kc::check;
 using kc::DType;
+using namespace deltaproof::bench;
 
 namespace {
 
 constexpr int kBatch = 8, kHeads = 16, kLength = 4096, kDim = 128;
 constexpr int kDecodeBatch = 64;
 constexpr int kSets = 2;
-
-std::uint16_t to_bf16(float x) {  // round to nearest even
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-// Random, never-zero values of magnitude in [lo, hi]·scale with random sign (or positive).
-std::vector<float> random_values(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
-  std::uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<float> out(count);
-  for (auto& x : out) {  // xorshift: cheap enough for 10⁸ entries
-    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-    const float magnitude = lo + (hi - lo) * float(r >> 40) / float(1 << 24);
-    x = (signed_values && (r & 1)) ? -magnitude : magnitude;
-  }
-  return out;
-}
-
-void* device_bf16(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
-  const std::vector<float> values = random_values(count, lo, hi, signed_values, seed);
-  std::vector<std::uint16_t> host(count);
-  for (std::size_t i = 0; i < count; ++i) host[i] = to_bf16(values[i]);
-  void* d = nullptr;
-  check(cudaMalloc(&d, count * 2), "cudaMalloc");
-  check(cudaMemcpy(d, host.data(), count * 2, cudaMemcpyHostToDevice), "upload");
-  return d;
-}
-void* device_f32(std::size_t count, float lo, float hi, bool signed_values, std::uint64_t seed) {
-  const std::vector<float> host = random_values(count, lo, hi, signed_values, seed);
-  void* d = nullptr;
-  check(cudaMalloc(&d, count * 4), "cudaMalloc");
-  check(cudaMemcpy(d, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
-  return d;
-}
-
-// Workspace written by the kernels before it is read.
-void* device_workspace(std::size_t bytes) {
-  void* d = nullptr;
-  check(cudaMalloc(&d, bytes), "cudaMalloc");
-  check(cudaMemset(d, 0, bytes), "cudaMemset");
-  return d;
-}
 
 struct ForwardSet {
   void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state, *state_operands, *v_new_operands;
@@ -100,28 +56,6 @@ kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeli
   return p;
 }
 
-// Times one launch with CUDA events.
-template <class Launch>
-void time_launches(benchmark::State& state, Launch&& launch) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  launch(0);  // warm-up (also sets the kernels' shared-memory limits)
-  check(cudaDeviceSynchronize(), "warm-up");
-  int i = 0;
-  for (auto _ : state) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    launch(++i % kSets);
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    state.SetIterationTime(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-}
-
 // Algorithmic FLOPs per token: K Kᵀ (2CD), W and U (4CD), W Sᵀ, Q Sᵀ and the update (6D²),
 // Q Kᵀ and P V̄ (4CD).
 double forward_flops(int C) { return double(kBatch) * kHeads * kLength * (10.0 * C * kDim + 6.0 * kDim * kDim); }
@@ -133,7 +67,7 @@ void forward_benchmark(benchmark::State& state, Stage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
   const int pipeline = static_cast<int>(state.range(2));
-  time_launches(state, [&](int i) {
+  time_launches(state, kSets, [&](int i) {
     const kc::DeltaRuleForwardParams p = forward_params(i, C, gated, pipeline);
     if (stage == Stage::forward) kc::delta_rule_forward(p);
     else if (stage == Stage::prepare) kc::delta_rule_wy_prepare(p);
@@ -155,7 +89,7 @@ void BM_DeltaRuleChunkOutput(benchmark::State& state) { forward_benchmark(state,
 // slice knob: BM_DeltaRuleChunkScan/pipeline:4).
 void BM_DeltaRuleScanSlice(benchmark::State& state) {
   const int slice = static_cast<int>(state.range(0)), pipeline = static_cast<int>(state.range(1));
-  time_launches(state, [&](int i) {
+  time_launches(state, kSets, [&](int i) {
     kc::DeltaRuleForwardParams p = forward_params(i, 64, false, pipeline);
     p.value_slice = slice;
     kc::delta_rule_chunk_scan(p);
@@ -176,7 +110,7 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
                       device_bf16(tokens * kDim, 0.25f, 1.f, true, 300 + i), device_bf16(tokens, 0.25f, 1.f, false, 400 + i),
                       device_f32(tokens, -0.1f, -0.025f, false, 500 + i), device_bf16(tokens * kDim, 1, 1, true, 600 + i),
                       device_f32(states, 0.1f, 1.f, true, 700 + i)});
-  time_launches(state, [&](int i) {
+  time_launches(state, kSets, [&](int i) {
     kc::DeltaRuleDecodeParams p;
     p.dtype = DType::bf16, p.batch = B, p.heads = kHeads, p.tokens = T, p.key_dim = kDim, p.value_dim = kDim;
     p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.beta = sets[i].beta, p.output = sets[i].o;

@@ -3,56 +3,24 @@
 // B=64, H=16, D=128 with an fp32 state. Timing: CUDA events around each launch (UseManualTime),
 // 60 repetitions of one launch each, median reported; two input sets alternate so that a launch
 // never finds its inputs in L2 (each set is far larger than the 50 MB L2 anyway).
+#include "bench/cuda_bench_support.hpp"
 #include "cuda/linear_attention.h"
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
-#include <cstring>
-#include <random>
 #include <vector>
 
 namespace kla = deltaproof::cuda::linear_attention;
 using deltaproof::cuda::check;
 using deltaproof::cuda::DType;
+using namespace deltaproof::bench;
 
 namespace {
 
 constexpr int kBatch = 8, kHeads = 16, kLength = 4096, kDim = 128;
 constexpr int kDecodeBatch = 64;
 constexpr int kSets = 2;
-
-std::uint16_t to_bf16(float x) {  // round to nearest even
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-// Random, never-zero bf16 values of about `scale`.
-void* device_bf16(std::size_t count, float scale, std::uint64_t seed) {
-  std::uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<std::uint16_t> host(count);
-  for (auto& x : host) {  // xorshift: cheap enough for 10⁸ entries
-    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-    const float magnitude = 0.25f + 0.75f * float(r >> 40) / float(1 << 24);
-    x = to_bf16((r & 1 ? scale : -scale) * magnitude);
-  }
-  void* d = nullptr;
-  check(cudaMalloc(&d, count * 2), "cudaMalloc");
-  check(cudaMemcpy(d, host.data(), count * 2, cudaMemcpyHostToDevice), "upload");
-  return d;
-}
-void* device_f32(std::size_t count, float scale, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0.25f, 1.0f);
-  std::vector<float> host(count);
-  for (auto& x : host) x = (rng() & 1 ? scale : -scale) * u(rng);
-  void* d = nullptr;
-  check(cudaMalloc(&d, count * 4), "cudaMalloc");
-  check(cudaMemcpy(d, host.data(), count * 4, cudaMemcpyHostToDevice), "upload");
-  return d;
-}
 
 struct TrainingSet {
   void *q, *k, *v, *o, *d_o, *dq, *dk, *dv;
@@ -62,34 +30,13 @@ const std::vector<TrainingSet>& training_sets() {
     std::vector<TrainingSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim;
     for (int i = 0; i < kSets; ++i)
-      s.push_back({device_bf16(n, 0.088f, 10 * i + 1), device_bf16(n, 0.088f, 10 * i + 2), device_bf16(n, 1.f, 10 * i + 3),
-                   device_bf16(n, 1.f, 10 * i + 4), device_bf16(n, 1.f, 10 * i + 5), device_bf16(n, 1.f, 10 * i + 6),
-                   device_bf16(n, 1.f, 10 * i + 7), device_bf16(n, 1.f, 10 * i + 8)});
+      s.push_back({device_bf16(n, 0.022f, 0.088f, true, 10 * i + 1), device_bf16(n, 0.022f, 0.088f, true, 10 * i + 2),
+                   device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(n, 0.25f, 1.f, true, 10 * i + 4),
+                   device_bf16(n, 0.25f, 1.f, true, 10 * i + 5), device_bf16(n, 0.25f, 1.f, true, 10 * i + 6),
+                   device_bf16(n, 0.25f, 1.f, true, 10 * i + 7), device_bf16(n, 0.25f, 1.f, true, 10 * i + 8)});
     return s;
   }();
   return sets;
-}
-
-// Times one launch with CUDA events.
-template <class Launch>
-void time_launches(benchmark::State& state, Launch&& launch) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  launch(0);  // warm-up (also sets the kernels' shared-memory limits)
-  check(cudaDeviceSynchronize(), "warm-up");
-  int i = 0;
-  for (auto _ : state) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    launch(++i % kSets);
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    state.SetIterationTime(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 // Algorithmic FLOPs of the chunkwise forward, per token: Q Kᵀ and P V (2C·DK + 2C·DV) plus
@@ -102,7 +49,7 @@ constexpr double kTensorBytes = double(kBatch) * kHeads * kLength * kDim * 2;
 void BM_LinearAttentionForward(benchmark::State& state) {
   const int C = static_cast<int>(state.range(0));
   const auto& sets = training_sets();
-  time_launches(state, [&](int i) {
+  time_launches(state, kSets, [&](int i) {
     kla::ForwardParams p;
     p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
     p.chunk_size = C, p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.output = sets[i].o;
@@ -116,7 +63,7 @@ void BM_LinearAttentionForward(benchmark::State& state) {
 void BM_LinearAttentionBackward(benchmark::State& state) {
   const int C = static_cast<int>(state.range(0));
   const auto& sets = training_sets();
-  time_launches(state, [&](int i) {
+  time_launches(state, kSets, [&](int i) {
     kla::BackwardParams p;
     p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
     p.chunk_size = C, p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.d_output = sets[i].d_o;
@@ -136,9 +83,10 @@ void BM_LinearAttentionDecode(benchmark::State& state) {
   static std::vector<Set> sets;  // kept across repetitions (one shape is benchmarked)
   if (sets.empty())
     for (int i = 0; i < kSets; ++i)
-      sets.push_back({device_bf16(tokens, 0.088f, 100 + i), device_bf16(tokens, 0.088f, 200 + i), device_bf16(tokens, 1.f, 300 + i),
-                      device_bf16(tokens, 1.f, 400 + i), device_f32(states, 1.f, 500 + i)});
-  time_launches(state, [&](int i) {
+      sets.push_back({device_bf16(tokens, 0.022f, 0.088f, true, 100 + i), device_bf16(tokens, 0.022f, 0.088f, true, 200 + i),
+                      device_bf16(tokens, 0.25f, 1.f, true, 300 + i), device_bf16(tokens, 0.25f, 1.f, true, 400 + i),
+                      device_f32(states, 0.25f, 1.f, true, 500 + i)});
+  time_launches(state, kSets, [&](int i) {
     kla::DecodeParams p;
     p.dtype = DType::bf16, p.batch = B, p.heads = kHeads, p.tokens = T, p.key_dim = kDim, p.value_dim = kDim;
     p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.output = sets[i].o;
