@@ -9,4 +9,7 @@ $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends \
   build-essential cmake ninja-build pkg-config python3 \
   libeigen3-dev libboost-dev libgmp-dev libmpfr-dev \
-  libgtest-dev librapidcheck-dev libbenchmark-dev libcli11-dev
+  libgtest-dev librapidcheck-dev libbenchmark-dev libcli11-dev \
+  nlohmann-json3-dev libzip-dev \
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib \
+  python3-nbclient python3-nbformat python3-ipykernel
