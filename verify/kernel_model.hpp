@@ -1,0 +1,71 @@
+// How far a kernel we did not write may be from the exact oracle: the model behind every bound of
+// verify::judge. A black-box kernel's algorithm is unknown, so the bound is derived from a stated
+// model of what such a kernel does, and calibrated on real kernels (ours and the public library's,
+// NOTES in the closing notes / bench/results/peers):
+//
+// 1. Inputs. The oracle runs on the exact values of the inputs the kernel was given (doubles hold
+//    every bf16, fp16 and fp32 value exactly), so input rounding costs nothing.
+// 2. Operands. Along any path from an input to an output the kernel rounds at most r intermediates
+//    to its operand precision u_op (the input dtype, or TF32 for Triton's fp32 tl.dot): scale·q,
+//    the state stored between chunks, the score / WY / V̄ matrices fed back into the tensor cores.
+//    r = 3, plus one for q/k normalised inside the kernel.
+// 3. Accumulation in fp32 (fp64 for fp64 inputs) over chains of at most m additions, sums on
+//    tensor cores truncated rather than rounded (u_acc = 2⁻²³; 2⁻⁵² for fp64).
+//    Per step: ε = (1 + u_op)^r (1 + γ_m(u_acc)) − 1 (Higham, Lemma 3.3 and Thm 3.1).
+// 4. Output. A stored result is rounded once more to its own dtype: + u_out·(|y| + bound).
+//
+// Linear attention: every output and gradient entry is a sum of products of inputs, so
+//   |ŷ − y| ≤ ε·M + u_out·(|y| + ε·M),  M = the same form on |inputs| (elementwise, rigorous),
+//   m = L + ⌈L/16⌉ + DK + DV + 64 + 8 (the longest chain for any chunk size up to 64).
+// DeltaNet / Gated DeltaNet: the same form on |inputs| grows like 2^L (the erase term), so the
+// bound is normwise, row by row (a token's vector; a state as one Frobenius row). The state's
+// error is propagated through the recurrence S_t = α_t S_{t−1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ:
+//   e_t = ρ_t e_{t−1} + ε·m_t,  ρ_t = α_t max(1, |1 − β_t‖k_t‖²|)  (the transition's 2-norm),
+//   m_t = α_t‖S_{t−1}‖(1 + β_t‖k_t‖²) + β_t‖v_t‖‖k_t‖  (+ the decay's own error for gated),
+// and likewise backwards for the state cotangent G_t. A chunk kernel touches, for token t, the
+// states and writes of up to 64 neighbouring tokens, so local terms use window magnitudes over
+// ±64 tokens. Over long sequences rounding errors that are independent and mean-zero add in
+// quadrature: Pinelis' inequality for sums of bounded independent vectors gives
+//   ‖Σ δ_s‖ ≤ λ·sqrt(Σ ‖δ_s‖²) except with probability 2·exp(−λ²/2);  λ = 8 (≤ 2.6e-14 per bound),
+// and the bound used is the smaller of that and the deterministic sum (which it is for L < 64).
+#pragma once
+
+#include "verify/kernel_case.hpp"
+
+#include <cmath>
+
+namespace deltaproof::verify {
+
+struct KernelModel {
+  double u_op = 0;      // operand precision
+  double u_acc = 0;     // accumulation (truncating tensor cores: 2u)
+  int roundings = 3;    // r
+  double lambda = 8.0;  // probabilistic multiplier for sums over tokens (delta family)
+  static constexpr long window = 64;  // largest chunk a kernel may use
+
+  // ε for chains of m additions.
+  double step(long m) const {
+    const double g = m * u_acc / (1 - m * u_acc);
+    return std::pow(1 + u_op, roundings) * (1 + g) - 1;
+  }
+};
+
+inline KernelModel kernel_model(DType input, bool tf32_operands, bool normalises_qk) {
+  KernelModel model;
+  const bool fp64 = input == DType::f64;
+  model.u_op = (tf32_operands && input == DType::f32) ? 0x1p-11 : unit_roundoff(input);
+  model.u_acc = fp64 ? 0x1p-52 : 0x1p-23;
+  model.roundings = 3 + (normalises_qk ? 1 : 0);
+  return model;
+}
+
+// The double oracle itself, in the same model: no operand rounding, u = 2⁻⁵³, exact ops counted.
+inline KernelModel double_oracle_model() {
+  KernelModel model;
+  model.u_op = 0;
+  model.u_acc = 0x1p-53;
+  model.roundings = 0;
+  return model;
+}
+
+}  // namespace deltaproof::verify
