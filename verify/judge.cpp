@@ -18,6 +18,10 @@
 #include <mutex>
 #include <thread>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace deltaproof::verify {
 namespace {
 
@@ -146,6 +150,40 @@ MatrixD back(const ref::Matrix<S>& m) {
   return ref::matrix_cast<double>(m);
 }
 
+// The token recurrence and its backward over segments of 256 tokens, so that the backward's stored
+// states stay small (L = 4096 at D = 128 would hold half a gigabyte per head): forward segment by
+// segment, each from the last one's final state, then backward from the last segment, each taking
+// the next one's dS_0 as its dS_L. The arithmetic is the whole-sequence recurrence's, in order.
+constexpr Index segment_tokens = 256;
+
+template <class S, class In, class Slice, class Forward, class Backward, class Store>
+void run_segmented(const In& x, const std::optional<ref::linear_attention::Cotangents<S>>& cot, Slice slice,
+                   Forward forward, Backward backward, Store store, Truth& t) {
+  const Index L = x.q.rows();
+  const Index segments = std::max<Index>(1, (L + segment_tokens - 1) / segment_tokens);
+  std::vector<std::optional<ref::Matrix<S>>> entering;  // the state entering each segment
+  std::optional<ref::Matrix<S>> state = x.initial_state;
+  t.o.resize(L, x.v.cols());
+  for (Index i = 0; i < segments; ++i) {
+    const Index begin = i * segment_tokens, n = std::min(segment_tokens, L - begin);
+    entering.push_back(state);
+    const auto f = forward(slice(x, begin, n, state));
+    t.o.middleRows(begin, n) = back(f.output);
+    state = f.final_state;
+  }
+  t.ht = back(*state);
+  if (!cot) return;
+  std::optional<ref::Matrix<S>> grad = cot->d_final_state;
+  for (Index i = segments - 1; i >= 0; --i) {
+    const Index begin = i * segment_tokens, n = std::min(segment_tokens, L - begin);
+    const ref::linear_attention::Cotangents<S> c{cot->d_output.middleRows(begin, n), grad};
+    const auto g = backward(slice(x, begin, n, entering[size_t(i)]), c);
+    store(g, begin, n);
+    grad = g.d_initial_state;
+  }
+  t.dh0 = back(*grad);
+}
+
 template <class S>
 Truth oracle_unit(Op op, const UnitInputs& in, bool gradients, double scale, bool normalised) {
   Truth t;
@@ -156,26 +194,39 @@ Truth oracle_unit(Op op, const UnitInputs& in, bool gradients, double scale, boo
     cot->d_output = to<S>(*in.d_o);
     if (in.d_st) cot->d_final_state = to<S>(*in.d_st);
   }
-  MatrixD dq_used, dk_used;
+  const Index L = in.q.rows();
+  MatrixD dq_used(L, in.q.cols()), dk_used(L, in.q.cols());
+  t.dv.resize(L, in.v.cols()), t.dbeta.resize(L), t.dg.resize(L);
+  auto store_common = [&](const auto& g, Index begin, Index n) {
+    dq_used.middleRows(begin, n) = back(g.dq), dk_used.middleRows(begin, n) = back(g.dk);
+    t.dv.middleRows(begin, n) = back(g.dv);
+  };
   if (op == Op::linear) {
     namespace la = ref::linear_attention;
     const la::Inputs<S> x{to<S>(in.q), to<S>(in.k), to<S>(in.v), s0};
-    const auto f = la::token_recurrence(x);
-    t.o = back(f.output), t.ht = back(f.final_state);
-    if (gradients) {
-      const auto g = la::token_recurrence_backward(x, *cot);
-      dq_used = back(g.dq), dk_used = back(g.dk), t.dv = back(g.dv), t.dh0 = back(g.d_initial_state);
-    }
+    run_segmented<S>(
+        x, cot,
+        [](const la::Inputs<S>& a, Index b, Index n, const std::optional<ref::Matrix<S>>& s) {
+          return la::Inputs<S>{a.q.middleRows(b, n), a.k.middleRows(b, n), a.v.middleRows(b, n), s};
+        },
+        [](const la::Inputs<S>& a) { return la::token_recurrence(a); },
+        [](const la::Inputs<S>& a, const la::Cotangents<S>& c) { return la::token_recurrence_backward(a, c); },
+        store_common, t);
   } else if (op == Op::delta) {
     namespace dr = ref::delta_rule;
     const dr::Inputs<S> x{to<S>(in.q), to<S>(in.k), to<S>(in.v), to<S>(in.beta), s0};
-    const auto f = dr::token_recurrence_read_correct_write(x);
-    t.o = back(f.output), t.ht = back(f.final_state);
-    if (gradients) {
-      const auto g = dr::token_recurrence_backward(x, *cot);
-      dq_used = back(g.dq), dk_used = back(g.dk), t.dv = back(g.dv), t.dh0 = back(g.d_initial_state);
-      t.dbeta = back(ref::Matrix<S>(g.d_beta)).col(0);
-    }
+    run_segmented<S>(
+        x, cot,
+        [](const dr::Inputs<S>& a, Index b, Index n, const std::optional<ref::Matrix<S>>& s) {
+          return dr::Inputs<S>{a.q.middleRows(b, n), a.k.middleRows(b, n), a.v.middleRows(b, n), a.beta.segment(b, n), s};
+        },
+        [](const dr::Inputs<S>& a) { return dr::token_recurrence_read_correct_write(a); },
+        [](const dr::Inputs<S>& a, const dr::Cotangents<S>& c) { return dr::token_recurrence_backward(a, c); },
+        [&](const auto& g, Index begin, Index n) {
+          store_common(g, begin, n);
+          t.dbeta.segment(begin, n) = back(ref::Matrix<S>(g.d_beta)).col(0);
+        },
+        t);
   } else {
     namespace gd = ref::gated_delta_rule;
     ref::Vector<S> alpha(in.log_gate.size());
@@ -184,15 +235,21 @@ Truth oracle_unit(Op op, const UnitInputs& in, bool gradients, double scale, boo
       alpha(r) = S(exp(S(in.log_gate(r))));
     }
     const gd::Inputs<S> x{to<S>(in.q), to<S>(in.k), to<S>(in.v), to<S>(in.beta), alpha, s0};
-    const auto f = gd::token_recurrence_read_correct_write(x);
-    t.o = back(f.output), t.ht = back(f.final_state);
-    if (gradients) {
-      const auto g = gd::token_recurrence_backward(x, *cot);
-      dq_used = back(g.dq), dk_used = back(g.dk), t.dv = back(g.dv), t.dh0 = back(g.d_initial_state);
-      t.dbeta = back(ref::Matrix<S>(g.d_beta)).col(0);
-      ref::Vector<S> dg = g.d_alpha.cwiseProduct(alpha);  // dL/dg = α dL/dα
-      t.dg = back(ref::Matrix<S>(dg)).col(0);
-    }
+    run_segmented<S>(
+        x, cot,
+        [](const gd::Inputs<S>& a, Index b, Index n, const std::optional<ref::Matrix<S>>& s) {
+          return gd::Inputs<S>{a.q.middleRows(b, n), a.k.middleRows(b, n), a.v.middleRows(b, n),
+                               a.beta.segment(b, n), a.alpha.segment(b, n), s};
+        },
+        [](const gd::Inputs<S>& a) { return gd::token_recurrence_read_correct_write(a); },
+        [](const gd::Inputs<S>& a, const gd::Cotangents<S>& c) { return gd::token_recurrence_backward(a, c); },
+        [&](const auto& g, Index begin, Index n) {
+          store_common(g, begin, n);
+          t.dbeta.segment(begin, n) = back(ref::Matrix<S>(g.d_beta)).col(0);
+          const ref::Vector<S> dg = g.d_alpha.cwiseProduct(alpha.segment(begin, n));  // dL/dg = α dL/dα
+          t.dg.segment(begin, n) = back(ref::Matrix<S>(dg)).col(0);
+        },
+        t);
   }
   if (gradients) {
     t.dq = pull_back(in.q_raw, dq_used, scale, normalised);
@@ -215,20 +272,21 @@ MatrixD elementwise_bound(const MatrixD& magnitude, const MatrixD& truth, double
 
 Bounds linear_bounds(const UnitInputs& in, const Truth& t, bool gradients, double eps, const OutputRoundoffs& u,
                      double scale, bool normalised) {
-  namespace la = ref::linear_attention;
-  const la::Inputs<double> x{in.q.cwiseAbs(), in.k.cwiseAbs(), in.v.cwiseAbs(),
-                             in.s0 ? std::optional<MatrixD>(in.s0->cwiseAbs()) : std::nullopt};
-  const auto f = la::token_recurrence(x);  // every term is a product of inputs: Σ|terms|
+  // Every term is a product of inputs, so the forms on |inputs| give Σ|terms| (no subtraction).
+  UnitInputs magnitudes = in;
+  magnitudes.q = in.q.cwiseAbs(), magnitudes.k = in.k.cwiseAbs(), magnitudes.v = in.v.cwiseAbs();
+  if (in.s0) magnitudes.s0 = in.s0->cwiseAbs();
+  if (in.d_o) magnitudes.d_o = in.d_o->cwiseAbs();
+  if (in.d_st) magnitudes.d_st = in.d_st->cwiseAbs();
+  const Truth m = oracle_unit<double>(Op::linear, magnitudes, gradients, 1.0, false);
   Bounds b;
-  b.o = elementwise_bound(f.output, t.o, eps, u.o);
-  b.ht = elementwise_bound(f.final_state, t.ht, eps, u.ht);
+  b.o = elementwise_bound(m.o, t.o, eps, u.o);
+  b.ht = elementwise_bound(m.ht, t.ht, eps, u.ht);
   if (gradients) {
-    la::Cotangents<double> cot{in.d_o->cwiseAbs(), in.d_st ? std::optional<MatrixD>(in.d_st->cwiseAbs()) : std::nullopt};
-    const auto g = la::token_recurrence_backward(x, cot);
-    b.dq = elementwise_bound(pull_back_magnitude(in.q_raw, g.dq, scale, normalised), t.dq, eps, u.dq);
-    b.dk = elementwise_bound(pull_back_magnitude(in.k_raw, g.dk, 1.0, normalised), t.dk, eps, u.dk);
-    b.dv = elementwise_bound(g.dv, t.dv, eps, u.dv);
-    b.dh0 = elementwise_bound(g.d_initial_state, t.dh0, eps, u.dh0);
+    b.dq = elementwise_bound(pull_back_magnitude(in.q_raw, m.dq, scale, normalised), t.dq, eps, u.dq);
+    b.dk = elementwise_bound(pull_back_magnitude(in.k_raw, m.dk, 1.0, normalised), t.dk, eps, u.dk);
+    b.dv = elementwise_bound(m.dv, t.dv, eps, u.dv);
+    b.dh0 = elementwise_bound(m.dh0, t.dh0, eps, u.dh0);
   }
   return b;
 }
@@ -243,19 +301,19 @@ Bounds linear_bounds(const UnitInputs& in, const Truth& t, bool gradients, doubl
 // ‖E_t q‖ ≤ λ sqrt(qᵀ C_t q) and ‖E_t‖_F ≤ λ sqrt(tr C_t). The cotangent G_t of S_t and its
 // error covariance D_t run the mirror image backwards.
 
-// C ← α² A C A with A = I − β k kᵀ, in O(DK²).
-void transition(MatrixD& c, const VectorD& k, double alpha, double beta) {
-  const VectorD ck = c * k;
-  const double kck = k.dot(ck);
-  c -= beta * (ck * k.transpose() + k * ck.transpose());
-  c += (beta * beta * kck) * (k * k.transpose());
-  c *= alpha * alpha;
+// C ← α² A C A with A = I − β k kᵀ, in O(DK²), given ck = C k: with y = β ck − (β² kᵀck / 2) k,
+// A C A = C − y kᵀ − k yᵀ (C symmetric).
+void transition(MatrixD& c, const VectorD& k, const VectorD& ck, double alpha, double beta) {
+  const VectorD y = beta * ck - (0.5 * beta * beta * k.dot(ck)) * k;
+  c.noalias() -= y * k.transpose();
+  c.noalias() -= k * y.transpose();
+  if (alpha != 1) c *= alpha * alpha;
 }
 
-// Σ_i Δ_ij² for Δ = a·|X| + (b ⊗ |k|): per column j, with b a vector over value rows.
-VectorD column_squares(const MatrixD& abs_x, double a, const VectorD& rows, const VectorD& abs_k) {
-  VectorD out(abs_x.cols());
-  for (Index j = 0; j < abs_x.cols(); ++j) out(j) = (a * abs_x.col(j) + rows * abs_k(j)).squaredNorm();
+// Σ_i Δ_ij² for Δ = a·|X| + (rows ⊗ |k|): per column j.
+VectorD column_squares(const MatrixD& x, double a, const VectorD& rows, const VectorD& abs_k) {
+  VectorD out(x.cols());
+  for (Index j = 0; j < x.cols(); ++j) out(j) = (a * x.col(j).cwiseAbs() + rows * abs_k(j)).squaredNorm();
   return out;
 }
 
@@ -307,17 +365,15 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     const VectorD k = in.k.row(t).transpose(), v = in.v.row(t).transpose(), q = in.q.row(t).transpose();
     const VectorD abs_k = k.cwiseAbs();
     const double a = alpha(t), b = in.beta(t);
-    kck_before(t) = k.dot(c * k);
-    const MatrixD abs_prev = s.cwiseAbs();
-    const VectorD abs_sk = abs_prev * abs_k;  // |S_{t−1}||k|
-    s *= a;
-    const VectorD pred = s * k;
-    const VectorD correction = v - pred;
-    s += b * correction * k.transpose();
-    transition(c, k, a, b);
+    const VectorD ck = c * k;
+    kck_before(t) = k.dot(ck);
     // Roundings of this step: accumulation over the whole update, operands of the write, the decay.
-    const VectorD write_rows = b * (a * abs_sk + v.cwiseAbs());
-    VectorD local = column_squares(abs_prev, m.eps_acc * a + gate_error(t) * a, (m.eps_acc + m.eps_op) * write_rows, abs_k);
+    const VectorD write_rows = b * (a * (s.cwiseAbs() * abs_k) + v.cwiseAbs());  // β(α|S_{t−1}||k| + |v|)
+    VectorD local = column_squares(s, m.eps_acc * a + gate_error(t) * a, (m.eps_acc + m.eps_op) * write_rows, abs_k);
+    if (a != 1) s *= a;
+    const VectorD correction = v - s * k;
+    s.noalias() += (b * correction) * k.transpose();
+    transition(c, k, ck, a, b);
     // The state stored in operand precision once per (smallest) chunk of 16 tokens.
     if (t % 16 == 15) local += 2 * std::pow(m.u_op, 2) * s.cwiseAbs2().colwise().sum().transpose();
     c.diagonal() += local;
@@ -326,7 +382,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     n_write(t) = b * n_u(t) * k.norm();
     tr_c(t + 1) = c.trace();
     qcq(t) = q.dot(c * q);
-    n_sq(t) = (s.cwiseAbs() * q.cwiseAbs()).norm();
+    n_sq(t) = n_state(t + 1) * q.norm();  // ≥ ‖|S_t||q_t|‖
   }
   const double lam = m.lambda, eps = m.eps_op + m.eps_acc;
   Bounds bd;
@@ -355,25 +411,24 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
   for (Index t = 0; t < L; ++t) do_q(t) = in.d_o->row(t).norm() * in.q.row(t).norm();
   for (Index t = L - 1; t >= 0; --t) {
     const VectorD q = in.q.row(t).transpose(), dout = in.d_o->row(t).transpose();
-    const MatrixD abs_g_before = g.cwiseAbs();
-    g += dout * q.transpose();
     // Roundings of forming G_t: the outer product and the sum.
-    d.diagonal() += column_squares(abs_g_before, m.eps_acc, eps * dout.cwiseAbs(), q.cwiseAbs());
+    d.diagonal() += column_squares(g, m.eps_acc, eps * dout.cwiseAbs(), q.cwiseAbs());
+    g.noalias() += dout * q.transpose();
     if (t % 16 == 0) d.diagonal() += 2 * std::pow(m.u_op, 2) * g.cwiseAbs2().colwise().sum().transpose();
-    const VectorD k = in.k.row(t).transpose();
+    const VectorD k = in.k.row(t).transpose(), abs_k = k.cwiseAbs();
+    const VectorD gk = g * k, dk_vec = d * k, abs_gk = g.cwiseAbs() * abs_k;
     n_g(t) = g.norm();
     tr_d(t) = d.trace();
-    kdk(t) = k.dot(d * k);
-    n_gk(t) = (g * k).norm();
-    n_abs_gk(t) = (g.cwiseAbs() * k.cwiseAbs()).norm();
-    // G_{t−1} before do_{t−1}: α_t G_t A_t.
+    kdk(t) = k.dot(dk_vec);
+    n_gk(t) = gk.norm();
+    n_abs_gk(t) = abs_gk.norm();
+    // G_{t−1} before do_{t−1}: α_t G_t A_t, and the roundings of that step.
     const double a = alpha(t), b = in.beta(t);
-    const VectorD abs_k = k.cwiseAbs();
-    const MatrixD abs_g = g.cwiseAbs();
-    const VectorD gk = g * k;
-    g = a * (g - b * gk * k.transpose());
-    transition(d, k, a, b);
-    d.diagonal() += column_squares(abs_g, m.eps_acc * a + gate_error(t) * a, eps * a * b * (abs_g * abs_k), abs_k);
+    const VectorD local = column_squares(g, m.eps_acc * a + gate_error(t) * a, eps * a * b * abs_gk, abs_k);
+    g.noalias() -= (b * gk) * k.transpose();
+    if (a != 1) g *= a;
+    transition(d, k, dk_vec, a, b);
+    d.diagonal() += local;
   }
   const double dh0_stat = lam * std::sqrt(std::max(0.0, d.trace()));
   bd.dh0 = MatrixD::Constant(1, 1, dh0_stat + u.dh0 * (truth.dh0.norm() + dh0_stat));
@@ -405,7 +460,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     const double dk = b * (sig_g * n_u(t) + n_g(t) * sig_u + a * (sig_prev * n_gk(t) + s_prev * sig_gk)) +
                       eps * b * (g_mag * n_u(t) + a * (s_prev * gk_mag + s_mag * n_abs_gk(t)));
     dg_terms(t) = a * (1 + b * nk * nk) * (sig_g * s_prev + n_g(t) * sig_prev);
-    const double dg_local = eps * a * (s_mag * n_g(t) + s_prev * g_mag) * (1 + b * nk * nk);
+    const double dg_local = eps * a * s_prev * n_g(t) * (1 + b * nk * nk);  // one token's term of the chunk sum
     bd.dq(t, 0) = dq;
     bd.dk(t, 0) = dk;
     bd.dv(t, 0) = dv;
@@ -534,8 +589,22 @@ UnitInputs inputs_of(const Plan& p, const Unit& u) {
   return in;
 }
 
+// The oracle's per-token temporaries are state-sized (128 KB at D = 128), right at glibc's mmap
+// threshold: without this every one is a fresh mapping and page faults dominate the run.
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    return true;
+  }();
+  (void)once;
+#endif
+}
+
 template <class F>
 void parallel_for(size_t n, unsigned threads, F&& f) {
+  keep_freed_memory();
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = unsigned(std::min<size_t>(threads, std::max<size_t>(1, n)));
   std::atomic<size_t> next{0};
