@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Times verify::judge (through deltaproof.judge) on one bf16 case, forward and backward.
+
+    PYTHONPATH=build/release/python /usr/bin/python3 python/bench_judge.py [--op delta] [--B 8 --H 16 --L 4096 --D 128]
+
+The candidate is the oracle's own output rounded to bf16 (o, dq, dk, dv, dβ) and fp32 (ht, dh0, dg),
+as a kernel would store it; the script prints the wall time of the oracle call that makes it and of
+the two judge calls (forward: o, ht; backward: o, ht and every gradient), and the verdict tables.
+Target (issue 10): judging forward and backward at B=8, H=16, L=4096, D=128 in <= 60 s on 2 cores.
+Memory: about 1 GB per float64 copy of one [8, 4096, 16, 128] tensor pair; expect ~10 GB at peak.
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+import deltaproof
+from deltaproof.dtypes import round_to
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--op", default="gated-delta", choices=["linear", "delta", "gated-delta"])
+    p.add_argument("--B", type=int, default=8)
+    p.add_argument("--H", type=int, default=16)
+    p.add_argument("--L", type=int, default=4096)
+    p.add_argument("--D", type=int, default=128)
+    p.add_argument("--threads", type=int, default=0, help="judge threads (0: every core)")
+    p.add_argument("--json", help="write the timings here")
+    a = p.parse_args()
+
+    rng = np.random.default_rng(0)
+    B, T, H, D = a.B, a.L, a.H, a.D
+    shape = (B, T, H, D)
+    # The design's accuracy workload: q ~ N(0,1)/sqrt(D), k = normalize(N(0,1)), v ~ N(0,1),
+    # beta = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3), all rounded to bf16 (g fp32).
+    inputs = {"q": round_to((rng.standard_normal(shape, dtype=np.float32) / math.sqrt(D)), "bf16")}
+    k = rng.standard_normal(shape, dtype=np.float32)
+    k /= np.sqrt((k * k).sum(-1, keepdims=True))
+    inputs["k"] = round_to(k, "bf16")
+    del k
+    inputs["v"] = round_to(rng.standard_normal(shape, dtype=np.float32), "bf16")
+    if a.op != "linear":
+        inputs["beta"] = round_to(1 / (1 + np.exp(-rng.standard_normal((B, T, H)))), "bf16")
+    if a.op == "gated-delta":
+        inputs["g"] = round_to(-np.logaddexp(0, -(rng.standard_normal((B, T, H)) + 3)), "fp32")
+    inputs["do"] = round_to(rng.standard_normal(shape, dtype=np.float32), "bf16")
+    print(f"op={a.op} B={B} H={H} L={T} D={D} bf16, cores={os.cpu_count()}", flush=True)
+
+    t0 = time.perf_counter()
+    reference = deltaproof.oracle(a.op, inputs, layout="blhd", dtype="bf16", threads=a.threads)
+    t_oracle = time.perf_counter() - t0
+    candidate = {}
+    for name in list(reference):
+        stored = "fp32" if name in ("ht", "dh0", "dg") else "bf16"
+        candidate[name] = round_to(reference.pop(name), stored)
+    del reference
+    gc.collect()
+    print(f"oracle (candidate outputs, forward+backward): {t_oracle:.1f} s", flush=True)
+
+    forward_inputs = {k: v for k, v in inputs.items() if k != "do"}
+    t0 = time.perf_counter()
+    forward = deltaproof.judge(a.op, forward_inputs, {"o": candidate["o"], "ht": candidate["ht"]}, dtype="bf16",
+                               threads=a.threads)
+    t_forward = time.perf_counter() - t0
+    print(f"judge forward: {t_forward:.1f} s\n{forward}", flush=True)
+
+    t0 = time.perf_counter()
+    backward = deltaproof.judge(a.op, inputs, candidate, dtype="bf16", threads=a.threads)
+    t_backward = time.perf_counter() - t0
+    print(f"judge forward+backward: {t_backward:.1f} s\n{backward}", flush=True)
+    print(f"oracle share of the kernel bound: {backward.oracle_share}, units in High: "
+          f"{backward.units_in_high}/{backward.units}")
+    result = {"op": a.op, "B": B, "H": H, "L": T, "D": D, "cores": os.cpu_count(), "oracle_s": t_oracle,
+              "judge_forward_s": t_forward, "judge_forward_backward_s": t_backward,
+              "forward_agrees": forward.agrees, "backward_agrees": backward.agrees,
+              "oracle_share": backward.oracle_share}
+    print(json.dumps(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

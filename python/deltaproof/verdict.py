@@ -1,0 +1,115 @@
+"""verify::judge and verify::oracle on dicts of numpy arrays (fla's names and layouts).
+
+Inputs:  q, k, v, beta (delta, gated-delta), g (gated-delta: log-gates ln α), h0, and the
+         cotangents do, dht when gradients are judged.
+Outputs: o, ht, and for the cotangents given dq, dk, dv, dbeta, dg, dh0.
+Layouts: "blhd" (fla: [B, T, H, D], states [N, H, DK, DV]) or "bhld" (deltaproof: [B, H, L, D],
+         states [N, H, DV, DK]); varlen packs sequences along T with B = 1 and cu_seqlens.
+Values are taken exactly (float32 arrays holding bf16 values are bf16 values); ``dtype`` names the
+storage type of q, k, v, beta, do and of o, dq, dk, dv, dbeta; states and log-gates (h0, ht, dht,
+dh0, g, dg) are fp32 as in fla (fp64 when dtype is fp64). ``dtypes`` overrides any one of them.
+"""
+import json
+
+import numpy as np
+
+from . import _backend
+from .dtypes import canonical
+
+INPUT_NAMES = ("q", "k", "v", "beta", "g", "h0", "do", "dht")
+OUTPUT_NAMES = ("o", "ht", "dq", "dk", "dv", "dbeta", "dg", "dh0")
+_FP32_TENSORS = {"g", "dg", "h0", "ht", "dht", "dh0"}
+
+
+def tensor_dtype(name, dtype, overrides=None):
+    """The storage dtype judged for tensor `name` when the kernel's inputs are `dtype`."""
+    if overrides and name in overrides:
+        return canonical(overrides[name])
+    dtype = canonical(dtype)
+    if name in _FP32_TENSORS:
+        return "fp64" if dtype == "fp64" else "fp32"
+    return dtype
+
+
+def as_float64(x, name="tensor"):
+    """An exact float64 copy of a numpy array, torch tensor (any dtype, any device) or nested list."""
+    if hasattr(x, "detach"):
+        x = x.detach().to("cpu")
+        x = x.double() if x.is_floating_point() else x.to(dtype=__import__("torch").float64)
+        return np.ascontiguousarray(x.numpy())
+    a = np.asarray(x)
+    if a.dtype == object:
+        a = np.vectorize(float, otypes=[np.float64])(a) if a.size else a.astype(np.float64)
+    if not np.issubdtype(a.dtype, np.number):
+        raise TypeError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _tensors(d, names, dtype, overrides, what):
+    out = {}
+    for key, value in d.items():
+        if value is None:
+            continue
+        if key not in names:
+            raise ValueError(f"{key}: not an {what} name ({', '.join(names)})")
+        out[key] = (as_float64(value, key), tensor_dtype(key, dtype, overrides))
+    return out
+
+
+def _cu_seqlens(cu_seqlens):
+    if cu_seqlens is None:
+        return []
+    return [int(x) for x in np.asarray(as_float64(cu_seqlens, "cu_seqlens")).reshape(-1)]
+
+
+class Verdict:
+    """verify::Verdict as data: ``.agrees``, ``.comparisons`` (one dict per tensor: tensor, batch,
+    head, chunk, index, error, bound, ratio, reference, max_abs, rms, count, norm, finite, agrees),
+    ``.oracle_share``, ``.units``, ``.units_in_high``; prints as the C++ table."""
+
+    def __init__(self, data, table):
+        self.data = data
+        self.table = table
+
+    agrees = property(lambda self: bool(self.data["agrees"]))
+    comparisons = property(lambda self: self.data["comparisons"])
+    oracle_share = property(lambda self: self.data.get("oracle_share"))
+    units = property(lambda self: self.data.get("units"))
+    units_in_high = property(lambda self: self.data.get("units_in_high"))
+
+    def __bool__(self):
+        return self.agrees
+
+    def find(self, tensor):
+        return next((c for c in self.comparisons if c["tensor"] == tensor), None)
+
+    def failing(self):
+        return [c["tensor"] for c in self.comparisons if not c["agrees"]]
+
+    def to_json(self):
+        return dict(self.data)
+
+    def __str__(self):
+        return self.table
+
+    def __repr__(self):
+        return f"Verdict(agrees={self.agrees}, failing={self.failing()})"
+
+
+def judge(op, inputs, outputs, layout="blhd", dtype="bf16", scale=1.0, cu_seqlens=None, qk_l2norm=False,
+          tf32=False, dtypes=None, threads=0):
+    """Judges a kernel's outputs against the oracle on the exact values of its inputs (verify::judge).
+
+    op: "linear", "delta" or "gated-delta". tf32: the kernel multiplies fp32 operands in TF32 (Triton's
+    tl.dot default), so fp32 is judged with operand unit roundoff 2⁻¹¹. Returns a Verdict."""
+    text, table = _backend.judge(op, layout, _tensors(inputs, INPUT_NAMES, dtype, dtypes, "input"),
+                              _tensors(outputs, OUTPUT_NAMES, dtype, dtypes, "output"), float(scale),
+                              _cu_seqlens(cu_seqlens), bool(qk_l2norm), bool(tf32), int(threads))
+    return Verdict(json.loads(text), table)
+
+
+def oracle(op, inputs, layout="blhd", dtype="bf16", scale=1.0, cu_seqlens=None, qk_l2norm=False, dtypes=None,
+           threads=0):
+    """The oracle's o, ht (and gradients when inputs hold do) in double, in the inputs' layout."""
+    return _backend.core().oracle(op, layout, _tensors(inputs, INPUT_NAMES, dtype, dtypes, "input"), float(scale),
+                        _cu_seqlens(cu_seqlens), bool(qk_l2norm), int(threads))
