@@ -52,6 +52,21 @@ int gradcheck_linear_attention_cuda(const CaseOptions& options);
 int verify_delta_rule_cuda(const CaseOptions& options);
 int verify_gated_delta_rule_cuda(const CaseOptions& options);
 
+// `deltaproof check` (tools/check_command.cpp): a kernel's tensor files judged against the oracle.
+struct CheckOptions {
+  std::string op;                   // --op linear|delta|gated-delta
+  std::string inputs;               // --inputs: q, k, v (beta, g), optional h0, do, dht, cu_seqlens
+  std::string outputs;              // --outputs: o, optional ht
+  std::string grads;                // --grads: any of dq, dk, dv, dbeta, dg, dh0 ("" = none)
+  std::string layout = "bhld";      // --layout bhld (deltaproof) | blhd (fla)
+  bool cu_seqlens = false;          // --cu-seqlens: varlen, the inputs hold cu_seqlens
+  double scale = 1.0;               // --scale: the kernel used scale·q
+  bool qk_l2norm = false;           // --qk-l2norm: the kernel L2-normalised q and k itself
+  bool tf32 = false;                // --tf32: fp32 operands were multiplied in TF32 (Triton's default)
+  bool json = false;                // --json
+};
+int check(const CheckOptions& options);
+
 // DeltaNet and Gated DeltaNet (tools/delta_rule_commands.cpp).
 int verify_delta_rule(const CaseOptions& options);
 int gradcheck_delta_rule(const CaseOptions& options);

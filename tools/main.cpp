@@ -7,6 +7,9 @@
 //   deltaproof verify    --op ttt|lact [--L --C --dk --dv --seed]      (TTT: --C is the mini-batch size b)
 //   deltaproof masks     [--schedule update-apply|apply-update|single] [--L --C --window]
 //                        [--fast-weight linear|swiglu] [--dk --dv --seed]
+//   deltaproof check     --op linear|delta|gated-delta --inputs IN --outputs OUT [--grads G]
+//                        [--layout bhld|blhd] [--cu-seqlens] [--scale X] [--qk-l2norm] [--tf32] [--json]
+//                        (IN, OUT, G: .safetensors or .npz; see verify/tensor_file.hpp)
 //
 // Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
 #include "tools/commands.hpp"
@@ -161,6 +164,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1L, deltaproof::tools::max_head_dim))->capture_default_str();
   masks->add_option("--seed", masks_options.seed, "seed of the random case")->capture_default_str();
 
+  deltaproof::tools::CheckOptions check_options;
+  CLI::App* check = app.add_subcommand("check", "judge a kernel's outputs and gradients, read from tensor files, "
+                                                "against the oracle on the exact values of its inputs");
+  check->add_option("--op", check_options.op, "operation")
+      ->required()->check(CLI::IsMember({"linear", "delta", "gated-delta"}));
+  check->add_option("--inputs", check_options.inputs, "inputs file: q, k, v (beta, g), optional h0, do, dht, cu_seqlens")
+      ->required();
+  check->add_option("--outputs", check_options.outputs, "outputs file: o, optional ht")->required();
+  check->add_option("--grads", check_options.grads, "gradients file: any of dq, dk, dv, dbeta, dg, dh0 (needs do)");
+  check->add_option("--layout", check_options.layout, "bhld (deltaproof) or blhd (fla: [B, T, H, D], states [N, H, DK, DV])")
+      ->check(CLI::IsMember({"bhld", "blhd"}))->capture_default_str();
+  check->add_flag("--cu-seqlens", check_options.cu_seqlens, "varlen: the inputs hold cu_seqlens (int32 or int64), B = 1");
+  check->add_option("--scale", check_options.scale, "the kernel used scale * q (fla's scale)")->capture_default_str();
+  check->add_flag("--qk-l2norm", check_options.qk_l2norm, "the kernel L2-normalised q and k itself");
+  check->add_flag("--tf32", check_options.tf32, "fp32 operands were multiplied in TF32 (Triton's tl.dot default)");
+  check->add_flag("--json", check_options.json, "machine-readable output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -172,5 +192,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (masks->parsed()) return deltaproof::tools::masks_lact(masks_options);
+  if (check->parsed()) return deltaproof::tools::check(check_options);
   return verify->parsed() ? dispatch("verify", verify_options) : dispatch("gradcheck", gradcheck_options);
 }
