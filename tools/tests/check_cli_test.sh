@@ -113,6 +113,7 @@ for n in range(N):
         ht[n, h] = S.T
 np.savez(f"{d}/varlen_in.npz", q=qb, k=kb, v=vb.view("V2"), h0=h0, cu_seqlens=cu)
 np.savez(f"{d}/varlen_out.npz", o=bf16_bits(o).view("V2"), ht=ht.astype(np.float32))
+np.savez_compressed(f"{d}/varlen_out_deflated.npz", o=bf16_bits(o), ht=ht.astype(np.float32))
 save_safetensors(f"{d}/varlen_in.safetensors", {"q": qb, "k": kb, "v": vb, "h0": h0, "cu_seqlens": cu.astype(np.int32)})
 save_safetensors(f"{d}/varlen_out.safetensors", {"o": bf16_bits(o), "ht": ht.astype(np.float32)})
 moved = bf16_bits(o)
@@ -195,6 +196,7 @@ expect_exit 0 check --op linear --layout blhd --cu-seqlens --scale 0.5 --inputs 
 grep -q "^deltaproof check --op linear --layout blhd, varlen 4 sequences, scale 0.5:.*q \[1, 8, 3, 4\] bf16.*h0 \[4, 3, 4, 6\] fp32" "$out" \
   || fail "varlen header: $(head -1 "$out")"
 expect_exit 0 check --op linear --layout blhd --cu-seqlens --scale 0.5 --inputs "$dir/varlen_in.safetensors" --outputs "$dir/varlen_out.safetensors"
+expect_exit 0 check --op linear --layout blhd --cu-seqlens --scale 0.5 --inputs "$dir/varlen_in.npz" --outputs "$dir/varlen_out_deflated.npz"
 expect_exit 1 check --op linear --layout blhd --cu-seqlens --scale 0.5 --inputs "$dir/varlen_in.safetensors" --outputs "$dir/varlen_out_moved.safetensors"
 expect_row o "(0, 0, 2, 5)" DISAGREE
 expect_exit 1 check --op linear --layout blhd --cu-seqlens --inputs "$dir/varlen_in.npz" --outputs "$dir/varlen_out.npz"  # scale forgotten
