@@ -7,13 +7,17 @@ import numpy as np
 from . import delta_rule, gated_delta_rule, linear_attention
 
 
+L2NORM_EPS = 1e-6  # fla's l2norm: x / sqrt(‖x‖² + 1e-6)
+
+
 def _l2norm_forward(x):
-    norm = np.sqrt((x * x).sum(-1, keepdims=True))
-    return x / np.where(norm > 0, norm, 1), norm
+    inv = 1 / np.sqrt((x * x).sum(-1, keepdims=True) + L2NORM_EPS)
+    return x * inv, inv
 
 
-def _l2norm_backward(normalised, norm, grad):
-    return (grad - normalised * (normalised * grad).sum(-1, keepdims=True)) / np.where(norm > 0, norm, 1)
+def _l2norm_backward(x, inv, grad):
+    """dx for y = x·r, r = (‖x‖² + eps)^(-1/2):  r·dy − r³ x (x·dy)."""
+    return inv * grad - inv ** 3 * x * (x * grad).sum(-1, keepdims=True)
 
 
 def reference_kernel(form="chunkwise", solve="forward_substitution", scalar="double"):
@@ -75,8 +79,8 @@ def reference_kernel(form="chunkwise", solve="forward_substitution", scalar="dou
 
                 q_raw, k_raw, v = seq("q"), seq("k"), seq("v")
                 if l2:
-                    q_n, q_norm = _l2norm_forward(q_raw)
-                    k, k_norm = _l2norm_forward(k_raw)
+                    q_n, q_inv = _l2norm_forward(q_raw)
+                    k, k_inv = _l2norm_forward(k_raw)
                 else:
                     q_n, k = q_raw, k_raw
                 q = scale * q_n
@@ -104,8 +108,8 @@ def reference_kernel(form="chunkwise", solve="forward_substitution", scalar="dou
                         solve, scalar=scalar)
                 dq, dk = scale * g.dq, g.dk
                 if l2:
-                    dq = _l2norm_backward(q_n, q_norm, dq)
-                    dk = _l2norm_backward(k, k_norm, dk)
+                    dq = _l2norm_backward(q_raw, q_inv, dq)
+                    dk = _l2norm_backward(k_raw, k_inv, dk)
                 put("dq", n, h, dq)
                 put("dk", n, h, dk)
                 put("dv", n, h, g.dv)
