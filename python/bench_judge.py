@@ -16,10 +16,15 @@ import math
 import os
 import time
 
+import sys
+
 import numpy as np
 
-import deltaproof
-from deltaproof.dtypes import round_to
+# This folder holds deltaproof's sources, without the compiled parts: import the built package
+# from PYTHONPATH (build/release/python) instead.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import deltaproof  # noqa: E402
+from deltaproof.dtypes import round_to  # noqa: E402
 
 
 def main():
