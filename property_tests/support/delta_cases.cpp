@@ -1,5 +1,7 @@
 #include "property_tests/support/delta_cases.hpp"
 
+#include "verify/case_rules.hpp"
+
 namespace deltaproof::testing {
 
 const char* name(GateRegime r) {
@@ -26,8 +28,10 @@ rc::Gen<DeltaRegime> gen_delta_regime() {
 
 namespace {
 rc::Gen<Exact> gen_gate(GateRegime regime) {
-  const auto generic = rc::gen::map(rc::gen::inRange(1, 9), [](int p) { return Exact(p) / 8; });
-  const auto tiny = rc::gen::map(rc::gen::inRange(1, 9), [](int p) { return Exact(p) / 8192; });
+  using verify::gate_numerator_max, verify::generic_gate_denominator, verify::tiny_gate_denominator;
+  const auto generic =
+      rc::gen::map(rc::gen::inRange(1, gate_numerator_max + 1), [](int p) { return Exact(p) / generic_gate_denominator; });
+  const auto tiny = rc::gen::map(rc::gen::inRange(1, gate_numerator_max + 1), [](int p) { return Exact(p) / tiny_gate_denominator; });
   switch (regime) {
     case GateRegime::generic: return generic;
     case GateRegime::one: return rc::gen::just(Exact(1));

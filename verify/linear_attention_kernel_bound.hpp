@@ -1,5 +1,6 @@
 // How far the CUDA kernels (cuda/linear_attention.cu) may be from the exact oracle: the rounding
-// bound the GPU tests and `deltaproof verify --impl cuda` check, derived once here.
+// bound the GPU tests and `deltaproof verify --impl cuda` check, derived once here. It describes a
+// kernel, not the oracle, so it lives in verify/ (namespace verify::linear_attention).
 //
 // 1. Inputs. Each input is rounded to the kernel dtype once, on the host; the oracle runs on the
 //    exact values of those rounded numbers, so input rounding costs nothing.
@@ -26,7 +27,12 @@
 
 #include <cmath>
 
-namespace deltaproof::ref::linear_attention {
+namespace deltaproof::verify::linear_attention {
+
+using ref::Exact;
+using ref::gamma;
+using ref::Index;
+using ref::Matrix;
 
 inline Index kernel_rounding_depth(Index length, Index chunk_size, Index key_dim, Index value_dim) {
   return length + (length + chunk_size - 1) / chunk_size + key_dim + value_dim + chunk_size + 8;
@@ -58,4 +64,4 @@ inline Matrix<Exact> kernel_bound(const Matrix<Exact>& magnitude, const Matrix<E
   return accumulated + (exact.cwiseAbs() + accumulated) * u;
 }
 
-}  // namespace deltaproof::ref::linear_attention
+}  // namespace deltaproof::verify::linear_attention

@@ -1,19 +1,21 @@
-#include "property_tests/support/delta_rule_gpu_checks.hpp"
+#include "verify/delta_rule_stages.hpp"
 
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
+#include "verify/matrix_comparison.hpp"
 
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <tuple>
 
-namespace deltaproof::testing {
+namespace deltaproof::verify::delta_rule {
 
 using ref::Exact;
 using ref::High;
 using ref::Index;
 using ref::Tensor4;
-namespace dt = deltaproof::testing;
+namespace dt = deltaproof::verify;
 namespace dr = ref::delta_rule;
 namespace gdr = ref::gated_delta_rule;
 
@@ -166,7 +168,8 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
 // One head, every chunk: A, T (whole, each 16×16 diagonal block, each merged block), W, U, V̄,
 // S_[c+1] (boundary or final), O. S is Exact for DeltaNet and High for Gated DeltaNet.
 template <class S>
-static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h, Report& rep) {
+static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h,
+                              std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
@@ -177,8 +180,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   const Matrix<S> boundary = to<S>(r.boundary.head(b, h)), final_state = to<S>(r.final_state.head(b, h));
   const Matrix<S> s0 = c.with_initial_state ? to<S>(in.initial_state.head(b, h)) : Matrix<S>::Zero(DV, DK);
 
-  auto tag = [&](const char* stage, Index chunk) {
-    return std::string(stage) + "[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",chunk=" + std::to_string(chunk) + "]";
+  // One row per stage of this (batch, head, chunk), decided in S.
+  auto add = [&](const std::string& stage, Index chunk, const Matrix<S>& kernel, const Matrix<S>& oracle, const Matrix<S>& bound) {
+    rep.push_back(compare_within<S>(stage, kernel, oracle, bound, {b, h, chunk}));
   };
   auto exact_bound = [](Index rows, Index cols) { return Matrix<S>(Matrix<S>::Zero(rows, cols)); };
   // fp32 underflow: a result below 2⁻¹²⁶ may be flushed (expf of a very negative exponent, the
@@ -191,7 +195,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   };
 
   // S_[0] is S_0 exactly (a lost S_0 shows here first).
-  rep.add(ref::compare<S>(tag("S_0", 0), boundary.topRows(DV), s0, exact_bound(DV, DK)));
+  add("S_0", 0, boundary.topRows(DV), s0, exact_bound(DV, DK));
 
   for (const ref::Chunk& ch : ref::chunks_of(c.length, C)) {
     const Index n = ch.size, cc = ch.index;
@@ -211,7 +215,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     a_ref.topLeftCorner(n, n) = c.gated ? gdr::wy_system<S>(kc, bc, decay) : dr::wy_system<S>(kc, bc);
     const Matrix<S> a_mag = dr::scale_rows<S>(bc, (k_abs * k_abs.transpose()).cwiseProduct(d));
     a_bound.topLeftCorner(n, n) = dr::strictly_lower<S>(Matrix<S>(scalar_times(rho(DK + 2, 0, 0, eps_d), a_mag) + floor_of(a_mag)));
-    rep.add(ref::compare<S>(tag("A", cc), a_hat, a_ref, a_bound));
+    add("A", cc, a_hat, a_ref, a_bound);
 
     // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and two merge levels
     // in fp32, at most 2C roundings deep; magnitude (I − |strictly_lower(Â)|)⁻¹.
@@ -225,21 +229,20 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     t_mag.topLeftCorner(n, n) = t_mag_top;
     Matrix<S> t_bound = exact_bound(C, C);
     t_bound.topLeftCorner(n, n) = scalar_times(ref::gamma(2 * C, u32), t_mag_top) + floor_of(t_mag_top);
-    rep.add(ref::compare<S>(tag("T", cc), t_hat, t_ref, t_bound));
+    add("T", cc, t_hat, t_ref, t_bound);
     for (size_t blk = 0; blk < inv.diagonal_block_inverses.size(); ++blk) {
       const Index at = Index(blk) * 16;
-      rep.add(ref::compare<S>(tag(("T16." + std::to_string(blk)).c_str(), cc), Matrix<S>(t_hat.block(at, at, 16, 16)),
-                              inv.diagonal_block_inverses[blk],
-                              Matrix<S>(scalar_times(ref::gamma(32, u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
-                                        Matrix<S>::Constant(16, 16, floor_of(t_mag_top)(0, 0)))));
+      add("T16." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, 16, 16)), inv.diagonal_block_inverses[blk],
+          Matrix<S>(scalar_times(ref::gamma(32, u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
+                    Matrix<S>::Constant(16, 16, floor_of(t_mag_top)(0, 0))));
     }
     for (size_t level = 0; level < inv.merged_levels.size(); ++level)
       for (size_t blk = 0; blk < inv.merged_levels[level].size(); ++blk) {
         const Index size = Index(16) << (level + 1), at = Index(blk) * size;
-        rep.add(ref::compare<S>(tag(("T" + std::to_string(size) + "." + std::to_string(blk)).c_str(), cc),
-                                Matrix<S>(t_hat.block(at, at, size, size)), inv.merged_levels[level][blk],
-                                Matrix<S>(scalar_times(ref::gamma(2 * size, u32), Matrix<S>(t_mag.block(at, at, size, size))) +
-                                          Matrix<S>::Constant(size, size, floor_of(t_mag_top)(0, 0)))));
+        add("T" + std::to_string(size) + "." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, size, size)),
+            inv.merged_levels[level][blk],
+            Matrix<S>(scalar_times(ref::gamma(2 * size, u32), Matrix<S>(t_mag.block(at, at, size, size))) +
+                      Matrix<S>::Constant(size, size, floor_of(t_mag_top)(0, 0))));
       }
 
     // W = T̂ diag(βγ) K, U = T̂ diag(β) V: fp32 factor split hi + lo (residual u_op²), 2C
@@ -254,10 +257,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
       return Matrix<S>(scalar_times(un.out, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + un.out) * r, mag) +
                        scalar_times(2 * un.eta, Matrix<S>(ones_c * operand_abs)) + floor_of(mag));
     };
-    rep.add(ref::compare<S>(tag("W", cc), Matrix<S>(w_all.middleRows(ch.begin, n)), wy.w,
-                            stored(wy.w, w_mag, r_w, k_abs)));
-    rep.add(ref::compare<S>(tag("U", cc), Matrix<S>(u_all.middleRows(ch.begin, n)), wy.u,
-                            stored(wy.u, u_mag, r_u, Matrix<S>(vc.cwiseAbs()))));
+    add("W", cc, Matrix<S>(w_all.middleRows(ch.begin, n)), wy.w, stored(wy.w, w_mag, r_w, k_abs));
+    add("U", cc, Matrix<S>(u_all.middleRows(ch.begin, n)), wy.u, stored(wy.u, u_mag, r_u, Matrix<S>(vc.cwiseAbs())));
 
     // V̄ = Û − Ŵ Ŝᵀ with Ŝ = the kernel's S_[c]; S rounded to an operand, DK + 1 accumulations.
     const Matrix<S> w_hat = w_all.middleRows(ch.begin, n), u_hat = u_all.middleRows(ch.begin, n);
@@ -266,8 +267,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> vnew_ref = u_hat - w_hat * s_hat.transpose();
     const Matrix<S> vnew_mag = u_hat.cwiseAbs() + w_hat.cwiseAbs() * s_hat.cwiseAbs().transpose();
     const Matrix<S> vnew_eta = w_hat.cwiseAbs() * Matrix<S>::Ones(DK, DV);
-    rep.add(ref::compare<S>(tag("Vbar", cc), vnew_hat, vnew_ref,
-                            Matrix<S>(scalar_times(rho(DK + 1, 1, un.op), vnew_mag) + scalar_times(un.eta, vnew_eta) + floor_of(vnew_mag))));
+    add("Vbar", cc, vnew_hat, vnew_ref,
+        Matrix<S>(scalar_times(rho(DK + 1, 1, un.op), vnew_mag) + scalar_times(un.eta, vnew_eta) + floor_of(vnew_mag)));
 
     // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand, C + 1 accumulations.
     const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
@@ -277,7 +278,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
         scalar_times(rho(C + 3, 1, un.op, eps_d), Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
         scalar_times(un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
-    rep.add(ref::compare<S>(tag(cc + 1 < N ? "S_next" : "final_state", cc), s_next_hat, s_next_ref, s_next_bound));
+    add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
     // stored in the dtype.
@@ -291,13 +292,12 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
                               scalar_times((1 + un.out) * rho(DK + C + 2, 1, un.op, eps_d + u32), o_mag1) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
                               scalar_times(2 * un.eta, o_eta) + floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
-    rep.add(ref::compare<S>(tag("O", cc), Matrix<S>(o_all.middleRows(ch.begin, n)), o_ref, o_bound));
+    add("O", cc, Matrix<S>(o_all.middleRows(ch.begin, n)), o_ref, o_bound);
   }
 }
 
-Report check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r) {
-  Report rep;
-  rep.context = describe(c);
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r) {
+  std::vector<Comparison> rep;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.heads; ++h) {
       check_head_stages<High>(c, in, r, b, h, rep);
@@ -342,23 +342,9 @@ std::vector<Matrix<double>> heads_of(const Tensor4<Exact>& t) {
   return out;
 }
 
-// Token-wise normwise agreement: ‖ô_t − o_t‖ <= τ (‖o_t‖ + RMS_t ‖o_t‖) for every token t.
-// Returns an empty string on success, else the worst token.
-std::string rowwise_disagreement(const std::vector<Matrix<double>>& candidate, const std::vector<Matrix<double>>& reference,
-                                 double tau) {
-  for (size_t hd = 0; hd < reference.size(); ++hd) {
-    const Matrix<double>& ref_m = reference[hd];
-    const double rms = std::sqrt(ref_m.squaredNorm() / std::max<Index>(1, ref_m.rows()));
-    for (Index t = 0; t < ref_m.rows(); ++t) {
-      const double err = (candidate[hd].row(t) - ref_m.row(t)).norm(), allowed = tau * (ref_m.row(t).norm() + rms);
-      if (!(err <= allowed)) {
-        std::ostringstream s;
-        s << "head " << hd << " token " << t << ": error " << err << " > " << allowed << " (tau " << tau << ")";
-        return s.str();
-      }
-    }
-  }
-  return {};
+Comparison compare_end_to_end(const std::string& tensor, const DeltaCase& c, const std::vector<Matrix<double>>& candidate,
+                              const std::vector<Matrix<double>>& reference, double tau) {
+  return compare_rows_normwise(tensor, candidate, reference, tau, c.heads);
 }
 
 // End-to-end threshold in units of the operand rounding (fp32 inputs: fp32 accumulation over the
@@ -389,7 +375,7 @@ DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::opt
 // (M_t = α M + β(|v| + α M|k|)|k|ᵀ), m = DK + 12 roundings per token (+4 for expf), DK + 6 for o_t.
 template <class S>
 static void check_decode_head(const DeltaCase& c, const HostInputs& in, const DecodeResult& r, const Matrix<S>& s_start, Index b,
-                       Index h, Report& rep) {
+                              Index h, std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
   const Vector<S> beta = to<S>(in.beta.head(b, h)).col(0);
@@ -412,15 +398,14 @@ static void check_decode_head(const DeltaCase& c, const HostInputs& in, const De
                       scalar_times((1 + un.out) * ref::gamma(depth + c.key_dim + 6, u32), Matrix<S>((mag * qt.cwiseAbs().transpose()).transpose())))
                          .eval();
   }
-  const std::string where = "[b=" + std::to_string(b) + ",h=" + std::to_string(h) + "]";
-  rep.add(ref::compare<S>("decode O" + where, to<S>(r.output.head(b, h)), o_ref, o_bound));
-  rep.add(ref::compare<S>("decode S" + where, to<S>(r.final_state.head(b, h)), state,
-                          scalar_times(ref::gamma(depth, u32), mag)));
+  rep.push_back(compare_within<S>("decode O", to<S>(r.output.head(b, h)), o_ref, o_bound, {b, h, -1}));
+  rep.push_back(compare_within<S>("decode S", to<S>(r.final_state.head(b, h)), state, scalar_times(ref::gamma(depth, u32), mag),
+                                  {b, h, -1}));
 }
 
-Report check_decode(const DeltaCase& c, const HostInputs& in, const DecodeResult& r, const std::optional<Tensor4<Exact>>& state) {
-  Report rep;
-  rep.context = describe(c);
+std::vector<Comparison> check_decode(const DeltaCase& c, const HostInputs& in, const DecodeResult& r,
+                                     const std::optional<Tensor4<Exact>>& state) {
+  std::vector<Comparison> rep;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.heads; ++h) {
       const Matrix<Exact> s = state ? state->head(b, h) : Matrix<Exact>::Zero(c.value_dim, c.key_dim);
@@ -501,4 +486,4 @@ HostInputs design_inputs(const DeltaCase& c) {
   return in;
 }
 
-}  // namespace deltaproof::testing
+}  // namespace deltaproof::verify::delta_rule

@@ -1,5 +1,5 @@
-// Host-side helpers for GPU tests: device buffers, and exact transfers between the oracle's
-// Tensor4<Exact> and device tensors of any kernel dtype.
+// Device buffers, and exact transfers between the oracle's Tensor4<Exact> and device tensors of any
+// kernel dtype: the upload every verdict on a CUDA kernel starts from (tests and the command line).
 //
 // Policy (DESIGN.md, numerical policy 2): a kernel is compared with the oracle evaluated on the
 // exact values of its rounded inputs. `upload` rounds each exact entry to the dtype (round to
@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <utility>
 
-namespace deltaproof::testing {
+namespace deltaproof::verify {
 
 using ref::Exact;
 using ref::Index;
@@ -74,4 +74,4 @@ Tensor4<Exact> download(const void* device_data, cuda::DType dtype, Index batch,
 // Raw bytes of a device tensor, for bitwise-determinism checks.
 std::vector<unsigned char> download_bytes(const DeviceTensor& t);
 
-}  // namespace deltaproof::testing
+}  // namespace deltaproof::verify

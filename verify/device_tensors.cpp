@@ -1,4 +1,4 @@
-#include "property_tests/support/device_tensors.hpp"
+#include "verify/device_tensors.hpp"
 
 #include "cuda/check.hpp"
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace deltaproof::testing {
+namespace deltaproof::verify {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes_ > 0) cuda::check(cudaMalloc(&data_, bytes_), "cudaMalloc of " + std::to_string(bytes_) + " bytes");
@@ -152,4 +152,4 @@ std::vector<unsigned char> download_bytes(const DeviceTensor& t) {
   return host;
 }
 
-}  // namespace deltaproof::testing
+}  // namespace deltaproof::verify

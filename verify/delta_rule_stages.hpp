@@ -1,9 +1,7 @@
 // DeltaNet / Gated DeltaNet kernels (cuda/delta_rule.h) against the oracle, stage by stage: the
 // cases, the kernel runs with every intermediate read back exactly, and the stage checks with
-// their derived bounds. Shared by property_tests/delta_rule_gpu_test.cpp and `deltaproof verify
-// --impl cuda --op delta|gated-delta`; no test framework inside.
-//
-//
+// their derived bounds, each stage of each (batch, head, chunk) one verify::Comparison row. Shared by
+// property_tests/delta_rule_gpu_test.cpp and `deltaproof verify --impl cuda --op delta|gated-delta`.
 // Every stage is compared with the oracle's formula for that stage evaluated in 100-digit MPFR
 // (High: exact ℚ would be as good but slower; the decays exp(G_i − G_j) of Gated DeltaNet are
 // irrational anyway, and 1e-100 is far inside every bound below) on the
@@ -29,19 +27,17 @@
 #pragma once
 
 #include "cuda/delta_rule.h"
-#include "property_tests/support/device_tensors.hpp"
-#include "reference/error_report.hpp"
 #include "reference/scalar.hpp"
+#include "verify/comparison.hpp"
+#include "verify/device_tensors.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-namespace deltaproof::testing {
+namespace deltaproof::verify::delta_rule {
 
 using cuda::DType;
 using ref::Exact;
@@ -84,38 +80,6 @@ struct Units {
   double op, out, eta;
 };
 
-// Collects stage comparisons; the test fails on the first summary outside its bound.
-struct Report {
-  std::string context;
-  std::vector<ref::ErrorSummary> summaries;
-  std::vector<std::string> failures;
-
-  void add(ref::ErrorSummary s) {
-    if (!s.within_bound) failures.push_back(context + " | " + s.describe());
-    summaries.push_back(std::move(s));
-  }
-  bool ok() const { return failures.empty(); }
-  std::string message() const {
-    std::string m;
-    for (const auto& f : failures) m += f + "\n";
-    return m;
-  }
-  // Largest err/bound per stage name prefix (before '['), for the printed calibration.
-  std::string calibration() const {
-    std::vector<std::pair<std::string, double>> worst;
-    for (const auto& s : summaries) {
-      const std::string stage = s.name.substr(0, s.name.find('['));
-      auto it = std::find_if(worst.begin(), worst.end(), [&](const auto& p) { return p.first == stage; });
-      if (it == worst.end()) worst.push_back({stage, s.max_bound_ratio});
-      else it->second = std::max(it->second, s.max_bound_ratio);
-    }
-    std::ostringstream os;
-    os.precision(2);
-    for (const auto& [stage, r] : worst) os << stage << " " << std::scientific << r << "  ";
-    return os.str();
-  }
-};
-
 struct DoubleForward {
   std::vector<Matrix<double>> output, final_state;  // per head
 };
@@ -144,20 +108,25 @@ ForwardResult read_back(const ForwardBuffers& f, bool intermediates);
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates = true);
 
 Units units_of(DType d);
-// Every stage of every head and chunk against the oracle within its bound.
-Report check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
+// Every stage of every head and chunk against the oracle within its bound: one row per
+// (stage, batch, head, chunk), the stage name in `tensor` ("A", "T", "T16.0", "W", "U", "Vbar",
+// "S_0", "S_next", "final_state", "O"); the worst entry's (row, column) within the chunk's block.
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
 // The exact (ℚ; 100-digit for gated) oracle's intermediates laid out as the kernel writes them.
 ForwardResult oracle_as_kernel(const DeltaCase& c, const HostInputs& in);
 
 DoubleForward double_oracle(const DeltaCase& c, const HostInputs& in);
 double relative_l2_all(const std::vector<Matrix<double>>& candidate, const std::vector<Matrix<double>>& reference);
 std::vector<Matrix<double>> heads_of(const ref::Tensor4<ref::Exact>& t);
-std::string rowwise_disagreement(const std::vector<Matrix<double>>& candidate, const std::vector<Matrix<double>>& reference,
-                                 double tau);
+// Token-wise normwise agreement of per-head matrices (verify/matrix_comparison.hpp's
+// compare_rows_normwise with the case's head count): one rowwise row, the worst token.
+Comparison compare_end_to_end(const std::string& tensor, const DeltaCase& c, const std::vector<Matrix<double>>& candidate,
+                              const std::vector<Matrix<double>>& reference, double tau);
 double end_to_end_tau(DType d);
 
 DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::optional<ref::Tensor4<ref::Exact>>& state);
-Report check_decode(const DeltaCase& c, const HostInputs& in, const DecodeResult& r,
-                    const std::optional<ref::Tensor4<ref::Exact>>& state);
+// "decode O" and "decode S" of every (batch, head) against the exact recurrence within its bound.
+std::vector<Comparison> check_decode(const DeltaCase& c, const HostInputs& in, const DecodeResult& r,
+                                     const std::optional<ref::Tensor4<ref::Exact>>& state);
 
-}  // namespace deltaproof::testing
+}  // namespace deltaproof::verify::delta_rule
