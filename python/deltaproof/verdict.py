@@ -45,6 +45,14 @@ def as_float64(x, name="tensor"):
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
+def _exact_array(x, name):
+    """float32 and float64 numpy arrays as they are (the compiled side reads both exactly, without a
+    float64 copy of a float32 array here); anything else as an exact float64 copy."""
+    if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64):
+        return x
+    return as_float64(x, name)
+
+
 def _tensors(d, names, dtype, overrides, what):
     out = {}
     for key, value in d.items():
@@ -52,7 +60,7 @@ def _tensors(d, names, dtype, overrides, what):
             continue
         if key not in names:
             raise ValueError(f"{key}: not an {what} name ({', '.join(names)})")
-        out[key] = (as_float64(value, key), tensor_dtype(key, dtype, overrides))
+        out[key] = (_exact_array(value, key), tensor_dtype(key, dtype, overrides))
     return out
 
 
