@@ -235,12 +235,13 @@ class Certificate {
         const int d = degrees.at(c);
         ++identities_;
         if (holds) {
-          const double log2_bound = d == 0 ? -INFINITY : std::log2(static_cast<double>(d)) - bits;
+          // log2(d/2^k), rounded up to the printed tenth so that the printed bound is a bound
+          const double log2_bound = d == 0 ? -INFINITY : std::ceil((std::log2(static_cast<double>(d)) - bits) * 10) / 10;
           worst_log2_ = std::max(worst_log2_, log2_bound);
           if (d == 0)
             std::printf("  holds  d = 0 (constants, checked exactly)  %s\n", claim.statement.c_str());
           else
-            std::printf("  holds  d = %4d  Pr[miss] <= %d/2^%d < 2^%.1f  %s\n", d, d, bits, log2_bound,
+            std::printf("  holds  d = %4d  Pr[miss] <= %d/2^%d <= 2^%.1f  %s\n", d, d, bits, log2_bound,
                         claim.statement.c_str());
         } else {
           ++failures_;
@@ -259,7 +260,7 @@ class Certificate {
 
   int finish() const {
     std::printf("\n%d identities checked, %d failed. Had any identity reported as holding been false, this run would\n"
-                "have missed it with probability < 2^%.1f (each one, over the random point).\n",
+                "have missed it with probability <= 2^%.1f (each one, over the random point).\n",
                 identities_, failures_, worst_log2_);
     return failures_ ? 1 : 0;
   }
