@@ -2,6 +2,9 @@
 // are equal *as polynomials* in the inputs (so for all real inputs of that shape, not only
 // sampled ones), and each backward path equals the formal gradient of
 // L = <dO, O> + <dS_L, S_L>. Prints one line per shape group; exit 0 iff every identity holds.
+// The method is symbolic (polynomials compared term by term), so the failure probability is 0.
+// Built twice: faithful, and with DELTAPROOF_PLANTED (the partial last chunk dropped from the
+// chunkwise forward and backward), which ctest expects to fail.
 #include "reference/linear_attention.hpp"
 #include "reference/polynomial.hpp"
 
@@ -15,6 +18,15 @@ namespace la = deltaproof::ref::linear_attention;
 using deltaproof::ref::Index;
 using deltaproof::ref::Matrix;
 using deltaproof::ref::Polynomial;
+
+#ifdef DELTAPROOF_PLANTED
+// Planted bug: a partial last chunk (L % C != 0) is skipped, a classic tail-handling slip.
+struct Policy : la::Faithful {
+  static bool keeps_chunk(const deltaproof::ref::Chunk& c, Index chunk_size) { return c.size == chunk_size; }
+};
+#else
+using Policy = la::Faithful;
+#endif
 
 // Fresh variables x_0, x_1, ... for the entries of each input matrix.
 struct Variables {
@@ -47,13 +59,13 @@ bool certify(Index L, Index C, Index DK, Index DV) {
 
   const auto parallel = la::parallel_masked(in);
   const auto recurrent = la::token_recurrence(in);
-  const auto chunked = la::chunkwise(in, C);
+  const auto chunked = la::chunkwise<Polynomial, Policy>(in, C);
   bool ok = recurrent.output == parallel.output && chunked.output == parallel.output &&
             recurrent.final_state == parallel.final_state && chunked.final_state == parallel.final_state;
 
   const Polynomial loss = la::pairing(parallel, cot);
   for (const auto& g : {la::parallel_masked_backward(in, cot), la::token_recurrence_backward(in, cot),
-                        la::chunkwise_backward(in, cot, C)})
+                        la::chunkwise_backward<Polynomial, Policy>(in, cot, C)})
     ok = ok && is_formal_gradient(g.dq, loss, q_ids) && is_formal_gradient(g.dk, loss, k_ids) &&
          is_formal_gradient(g.dv, loss, v_ids) && is_formal_gradient(g.d_initial_state, loss, s0_ids);
   return ok;
@@ -63,7 +75,12 @@ bool certify(Index L, Index C, Index DK, Index DV) {
 
 int main() {
   int shapes = 0, failures = 0;
-  std::printf("linear attention certificate: forms equal as polynomials, backward = formal gradient\n");
+  std::printf("linear attention certificate (proofs/linear_attention.md): parallel = recurrent = chunkwise forms,\n"
+              "each backward path = formal gradient; method: symbolic (equal as polynomials over Q, every\n"
+              "input entry a variable), failure probability 0\n");
+#ifdef DELTAPROOF_PLANTED
+  std::printf("PLANTED BUG: partial last chunk dropped from the chunkwise forms (this run must fail)\n");
+#endif
   for (Index L = 1; L <= 6; ++L) {
     int group = 0, group_failures = 0;
     for (Index C = 1; C <= L + 1; ++C)
