@@ -246,7 +246,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
       }
 
     // W = T̂ diag(βγ) K, U = T̂ diag(β) V: fp32 factor split hi + lo (residual u_op²), 2C
-    // accumulations, stored in the dtype.
+    // accumulations, stored in the dtype: |fl(x) − x| ≤ u_out|x| + η, the η for results in the
+    // dtype's subnormal range (fp16 below 2⁻¹⁴: gated W entries reach 5e-7 there).
     const Matrix<S> t_top = t_hat.topLeftCorner(n, n), t_abs = t_top.cwiseAbs();
     const dr::WY<S> wy = c.gated ? gdr::wy_factors<S>(t_top, kc, vc, bc, gamma) : dr::wy_factors<S>(t_top, kc, vc, bc);
     const double r_w = rho(2 * C + 2, 0, 0, un.op * un.op + eps_d), r_u = rho(2 * C + 1, 0, 0, un.op * un.op);
@@ -255,7 +256,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> ones_c = Matrix<S>::Ones(n, n);
     auto stored = [&](const Matrix<S>& ref_value, const Matrix<S>& mag, double r, const Matrix<S>& operand_abs) {
       return Matrix<S>(scalar_times(un.out, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + un.out) * r, mag) +
-                       scalar_times(2 * un.eta, Matrix<S>(ones_c * operand_abs)) + floor_of(mag));
+                       scalar_times(2 * un.eta, Matrix<S>(ones_c * operand_abs)) +
+                       Matrix<S>::Constant(mag.rows(), mag.cols(), S(un.eta)) + floor_of(mag));
     };
     add("W", cc, Matrix<S>(w_all.middleRows(ch.begin, n)), wy.w, stored(wy.w, w_mag, r_w, k_abs));
     add("U", cc, Matrix<S>(u_all.middleRows(ch.begin, n)), wy.u, stored(wy.u, u_mag, r_u, Matrix<S>(vc.cwiseAbs())));
@@ -281,7 +283,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
-    // stored in the dtype.
+    // stored in the dtype (relative u_out, and η below its normal range, as W and U).
     const Matrix<S> scores = (qc * kc.transpose()).cwiseProduct(d);
     const Matrix<S> o_ref = dr::scale_rows<S>(gamma, Matrix<S>(qc * s_hat.transpose())) + scores * vnew_hat;
     const Matrix<S> o_mag1 = dr::scale_rows<S>(gamma, Matrix<S>(q_abs * s_hat.cwiseAbs().transpose()));
@@ -291,7 +293,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> o_bound = scalar_times(un.out, Matrix<S>(o_ref.cwiseAbs())) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 1, un.op, eps_d + u32), o_mag1) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
-                              scalar_times(2 * un.eta, o_eta) + floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
+                              scalar_times(2 * un.eta, o_eta) + Matrix<S>::Constant(n, DV, S(un.eta)) +
+                              floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
     add("O", cc, Matrix<S>(o_all.middleRows(ch.begin, n)), o_ref, o_bound);
   }
 }
