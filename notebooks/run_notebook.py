@@ -37,10 +37,23 @@ def kernelspec_dir():
     return root
 
 
+def joined_streams(outputs):
+    """The kernel flushes stdout on a timer, so one cell's text may arrive in one piece or several:
+    consecutive pieces of one stream are joined (before masking, so a number split in two stays one)."""
+    joined = []
+    for out in outputs:
+        if out.get("output_type") == "stream" and joined and joined[-1].get("output_type") == "stream" \
+                and joined[-1].get("name") == out.get("name"):
+            joined[-1] = {**joined[-1], "text": joined[-1].get("text", "") + out.get("text", "")}
+        else:
+            joined.append(out)
+    return joined
+
+
 def shape_of(outputs):
     """What must not change between runs: output kinds, text with numbers masked, images present."""
     shown = []
-    for out in outputs:
+    for out in joined_streams(outputs):
         kind = out.get("output_type")
         if kind == "stream":
             shown.append(("stream", out.get("name"), NUMBER.sub("#", ADDRESS.sub("@", out.get("text", "")))))

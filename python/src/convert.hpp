@@ -130,6 +130,8 @@ py::object dispatch_scalar(const std::string& scalar, F&& f) {
 void bind_linear_attention(py::module_& m);
 void bind_delta_rule(py::module_& m);
 void bind_gated_delta_rule(py::module_& m);
+void bind_ttt(py::module_& m);
+void bind_lact(py::module_& m);
 void bind_judge(py::module_& m);
 
 }  // namespace deltaproof::python

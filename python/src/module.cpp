@@ -7,5 +7,7 @@ PYBIND11_MODULE(_core, m) {
   deltaproof::python::bind_linear_attention(m);
   deltaproof::python::bind_delta_rule(m);
   deltaproof::python::bind_gated_delta_rule(m);
+  deltaproof::python::bind_ttt(m);
+  deltaproof::python::bind_lact(m);
   deltaproof::python::bind_judge(m);
 }
