@@ -221,3 +221,12 @@ def test_gated_decays_equal_the_chunkwise_decays():
     assert np.all(np.triu(log_float, 1) == 0) and np.all(np.diag(log_float) == 1)
     with pytest.raises(ValueError, match="exact"):
         gated_delta_rule.decay_from_log_gates(g[:4], scalar="exact")
+
+
+def test_linear_attention_time_forward_times_each_run():
+    seconds = linear_attention.time_forward(q, k, v, "chunkwise", 3, h0, repeats=3)
+    assert len(seconds) == 3 and all(isinstance(s, float) and s > 0 for s in seconds)
+    with pytest.raises(ValueError, match="repeats"):
+        linear_attention.time_forward(q, k, v, "parallel", repeats=0)
+    with pytest.raises(ValueError, match="form"):
+        linear_attention.time_forward(q, k, v, "sideways")
