@@ -88,5 +88,35 @@ def invert_unit_lower(a, solve="forward_substitution", base_block=16, scalar="do
     return from_core(core().invert_unit_lower(scalar, to_core(a, scalar, "a"), solve, int(base_block)))
 
 
+def invert_unit_lower_blocked(a, base_block=16, scalar="double"):
+    """The blocked solve with its levels: Result(T, diagonal_block_inverses, merged_levels). A is padded
+    with I to base·2^m; diagonal_block_inverses are the base×base blocks' inverses (forward
+    substitution) and merged_levels[l][j] the inverse of diagonal block j of size base·2^(l+1), each
+    merged from two halves by T21 = −T22 A21 T11."""
+    return from_core(core().invert_unit_lower_blocked(scalar, to_core(a, scalar, "a"), int(base_block)))
+
+
+PREFIX_METHODS = ("sequential", "tree", "wy")
+
+
+def prefix_products(k, v, beta, method="sequential", scalar="double"):
+    """One chunk's prefix maps S ↦ S P_r + H_r for r = 1..C: a list of Result(P, H), P (DK, DK), H (DV, DK).
+    method "sequential": dense products of M_r = I − β_r k_r k_rᵀ, X_r = β_r v_r k_rᵀ in token order;
+    "tree": the same prefixes by the work-efficient tree scan; "wy": P_r = I − Σ_{i≤r} w_i k_iᵀ,
+    H_r = Σ_{i≤r} u_i k_iᵀ from Equation 7's factors."""
+    return from_core(core().delta_prefix_products(scalar, method, to_core(k, scalar, "k"), to_core(v, scalar, "v"),
+                                                 to_core(beta, scalar, "beta")))
+
+
+def conditioning(q, k, v, beta, chunk_sizes, h0=None, float_type="float"):
+    """reference/delta_conditioning.hpp: for each chunk size, max|T|, max|W|, max|U| over the chunks (from
+    the exact T, W, U) and the error of the chunkwise form and of the token recurrence evaluated in
+    float_type ("float" or "double") against the exact oracle, on the same inputs (taken exactly; give
+    values representable in float_type). A list of dicts: chunk_size, max_abs_t, max_abs_w, max_abs_u,
+    chunkwise_relative_l2, chunkwise_max_abs, chunkwise_worst_row, recurrence_relative_l2,
+    recurrence_worst_row, chunkwise_finite, recurrence_finite, max_abs_output (inf errors: overflow)."""
+    return core().delta_conditioning(float_type, *_inputs(q, k, v, beta, h0, "exact"), [int(c) for c in chunk_sizes])
+
+
 FORMS = {"recurrent": recurrent, "recurrent_read_correct_write": recurrent_read_correct_write,
          "affine_scan": affine_scan, "chunkwise": chunkwise, "parallel": parallel}

@@ -91,6 +91,20 @@ def wy_recurrence(k, v, beta, alpha, scalar="double"):
                                     to_core(alpha, scalar)))
 
 
+def decay_from_gates(alpha, scalar="double"):
+    """One chunk's decays Γ(e, s) = Π_{s<j≤e} α_j as products (no division), (C+1, C+1), zero above the
+    diagonal; exact over ℚ with scalar="exact"."""
+    return from_core(core().gated_decay(scalar, "gates", to_core(alpha, scalar, "alpha")))
+
+
+def decay_from_log_gates(g, scalar="double"):
+    """The kernels' decays: G_e = Σ_{j≤e} g_j (G_0 = 0), Γ(e, s) = exp(G_e − G_s) for e ≥ s only (the
+    exponent is never positive), zero above; (C+1, C+1). scalar "float" (float32; g rounded to float32),
+    "double" or "high"."""
+    core_scalar = "double" if scalar == "float" else scalar
+    return from_core(core().gated_decay(scalar, "log_gates", to_core(g, core_scalar, "g")))
+
+
 def additive_recurrent(q, k, v, alpha, h0=None, scalar="double"):
     """Scalar-gated linear attention: S_t = α_t S_{t-1} + v_t k_tᵀ.  Result(o, ht)."""
     return from_core(core().gated_additive_forward(scalar, "recurrent", to_core(q, scalar), to_core(k, scalar),

@@ -4,6 +4,8 @@ Every function binds reference/linear_attention.hpp. Shapes: q, k (L, DK); v, do
 h0, ht, dht (DV, DK) value-by-key. ``scalar`` is "double", "high" (100-digit MPFR, returned rounded
 to float64) or "exact" (GMP rationals: inputs converted exactly, results as Fraction object arrays).
 """
+from fractions import Fraction
+
 from ._backend import core
 from ._convert import from_core, to_core
 
@@ -50,6 +52,35 @@ def recurrent_backward(q, k, v, do, h0=None, dht=None, scalar="double"):
 def chunkwise_backward(q, k, v, do, chunk_size, h0=None, dht=None, scalar="double"):
     """Reverse scan of boundary-state gradients, then per chunk: Result(dq, dk, dv, dh0)."""
     return _backward("chunkwise", q, k, v, do, h0, dht, chunk_size, scalar)
+
+
+def time_forward(q, k, v, form, chunk_size=1, h0=None, repeats=5):
+    """Seconds taken by each of `repeats` evaluations of one forward form in double on one core, timed in
+    C++ around the form alone (inputs converted beforehand, nothing returned to numpy). A list of floats."""
+    return core().la_time_forward(form, *_inputs(q, k, v, h0, "double"), int(chunk_size), int(repeats))
+
+
+DERIVATIVE_METHODS = ("dual", "backward", "central_difference")
+
+
+def directional_derivative(q, k, v, do, direction, form="chunkwise", chunk_size=1, h0=None, dht=None,
+                           method="dual", step=None):
+    """∇L·u for L = <do, O> + <dht, S_L>, along direction u = (u_q, u_k, u_v[, u_h0]), as a Fraction.
+
+    Inputs are taken exactly. method "dual": dual numbers through the form (exact); "backward": the
+    form's backward path paired with u (exact); "central_difference": (L(x + h u) − L(x − h u)) / 2h in
+    High (100 digits) with h = step (a Fraction, int or float, converted to High), the High result
+    returned as the exact rational it is. chunk_size matters for form "chunkwise" only."""
+    if method not in DERIVATIVE_METHODS:
+        raise ValueError(f"method: expected one of {DERIVATIVE_METHODS} (got {method!r})")
+    if (method == "central_difference") != (step is not None):
+        raise ValueError("step: give it for method='central_difference' only")
+    step = Fraction(step) if step is not None else Fraction(0)
+    u = [to_core(x, "exact", "direction") for x in direction]
+    value = core().la_directional_derivative(method, form, *_inputs(q, k, v, h0, "exact"), to_core(do, "exact", "do"),
+                                             to_core(dht, "exact", "dht"), u, int(chunk_size),
+                                             f"{step.numerator}/{step.denominator}")
+    return from_core(value)[()]
 
 
 FORMS = {"parallel": parallel, "recurrent": recurrent, "chunkwise": chunkwise}

@@ -1,5 +1,6 @@
 // deltaproof._core: DeltaNet's forms (reference/delta_rule.hpp), one head at a time.
 #include "python/src/convert.hpp"
+#include "reference/delta_conditioning.hpp"
 #include "reference/delta_rule.hpp"
 
 namespace deltaproof::python {
@@ -126,6 +127,81 @@ void bind_delta_rule(py::module_& m) {
         });
       },
       py::arg("scalar"), py::arg("a"), py::arg("solve"), py::arg("base_block"));
+
+  // The article's GPU schedule with its levels: the base×base diagonal block inverses and every merge.
+  m.def(
+      "invert_unit_lower_blocked",
+      [](const std::string& scalar, py::object a, Index base_block) {
+        return dispatch_scalar(scalar, [&]<class S>() -> py::object {
+          const auto r = dr::invert_unit_lower_blocked<S>(to_matrix<S>(a, "a"), base_block);
+          py::dict out;
+          out["T"] = from_matrix<S>(r.t);
+          out["diagonal_block_inverses"] = from_matrices<S>(r.diagonal_block_inverses);
+          py::list levels;
+          for (const auto& level : r.merged_levels) levels.append(from_matrices<S>(level));
+          out["merged_levels"] = levels;
+          return out;
+        });
+      },
+      py::arg("scalar"), py::arg("a"), py::arg("base_block"));
+
+  // One chunk's prefix maps S ↦ S P_r + H_r three ways: dense products in token order, the tree scan,
+  // and rebuilt from Equation 7's WY factors.
+  m.def(
+      "delta_prefix_products",
+      [](const std::string& scalar, const std::string& method, py::object k, py::object v, py::object beta) {
+        return dispatch_scalar(scalar, [&]<class S>() -> py::object {
+          const Matrix<S> kk = to_matrix<S>(k, "k"), vv = to_matrix<S>(v, "v");
+          const Vector<S> b = to_vector<S>(beta, "beta");
+          std::vector<dr::AffineMap<S>> prefix;
+          if (method == "sequential") prefix = dr::sequential_prefix_scan(dr::affine_maps<S>(kk, vv, b));
+          else if (method == "tree") prefix = dr::tree_prefix_scan(dr::affine_maps<S>(kk, vv, b));
+          else if (method == "wy") prefix = dr::wy_prefix_products<S>(dr::wy_recurrence<S>(kk, vv, b), kk);
+          else throw std::invalid_argument("method: expected sequential, tree or wy (got '" + method + "')");
+          py::list out;
+          for (const auto& p : prefix) {
+            py::dict d;
+            d["P"] = from_matrix<S>(p.transition);
+            d["H"] = from_matrix<S>(p.write);
+            out.append(d);
+          }
+          return py::object(out);
+        });
+      },
+      py::arg("scalar"), py::arg("method"), py::arg("k"), py::arg("v"), py::arg("beta"));
+
+  // reference/delta_conditioning.hpp on exact inputs: per chunk size, max|T|, max|W|, max|U| (exact) and
+  // the error of the chunkwise form and of the token recurrence evaluated in float or double.
+  m.def(
+      "delta_conditioning",
+      [](const std::string& float_type, py::object q, py::object k, py::object v, py::object beta, py::object h0,
+         std::vector<Index> chunk_sizes) {
+        const dr::Inputs<Exact> in = inputs<Exact>(q, k, v, beta, h0);
+        std::vector<ref::ConditioningRow> rows;
+        if (float_type == "float") rows = ref::conditioning<float>(in, chunk_sizes);
+        else if (float_type == "double") rows = ref::conditioning<double>(in, chunk_sizes);
+        else throw std::invalid_argument("float_type: expected float or double (got '" + float_type + "')");
+        py::list out;
+        for (const auto& r : rows) {
+          py::dict d;
+          d["chunk_size"] = r.chunk_size;
+          d["max_abs_t"] = r.max_abs_t;
+          d["max_abs_w"] = r.max_abs_w;
+          d["max_abs_u"] = r.max_abs_u;
+          d["chunkwise_relative_l2"] = r.chunkwise_relative_l2;
+          d["chunkwise_max_abs"] = r.chunkwise_max_abs;
+          d["chunkwise_worst_row"] = r.chunkwise_worst_row;
+          d["recurrence_relative_l2"] = r.recurrence_relative_l2;
+          d["recurrence_worst_row"] = r.recurrence_worst_row;
+          d["chunkwise_finite"] = r.chunkwise_finite;
+          d["recurrence_finite"] = r.recurrence_finite;
+          d["max_abs_output"] = r.max_abs_output;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("float_type"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("beta"), py::arg("h0"),
+      py::arg("chunk_sizes"));
 }
 
 }  // namespace deltaproof::python

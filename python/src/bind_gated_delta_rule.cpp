@@ -144,6 +144,25 @@ void bind_gated_delta_rule(py::module_& m) {
       },
       py::arg("scalar"), py::arg("k"), py::arg("v"), py::arg("beta"), py::arg("alpha"));
 
+  // One chunk's decays Γ(e, s), (C+1, C+1): exact products of the gates α ("exact", "double", "high"), or
+  // the kernels' exp(G_e − G_s) of the log-gates g on the causal side only ("float", "double", "high";
+  // "float" evaluates in float32, with g rounded to float32 on the way in).
+  m.def(
+      "gated_decay",
+      [](const std::string& scalar, const std::string& method, py::object gates) -> py::object {
+        if (method == "gates")
+          return dispatch_scalar(scalar, [&]<class S>() -> py::object {
+            return from_matrix<S>(gd::decay_from_gates<S>(to_vector<S>(gates, "alpha")));
+          });
+        if (method != "log_gates")
+          throw std::invalid_argument("method: expected gates or log_gates (got '" + method + "')");
+        if (scalar == "float") return from_matrix<float>(gd::decay_from_log_gates<float>(to_vector<float>(gates, "g")));
+        return dispatch_scalar<false>(scalar, [&]<class S>() -> py::object {
+          return from_matrix<S>(gd::decay_from_log_gates<S>(to_vector<S>(gates, "g")));
+        });
+      },
+      py::arg("scalar"), py::arg("method"), py::arg("gates"));
+
   // S_t = α_t S_{t-1} + v_t k_tᵀ: the additive case with a scalar gate.
   m.def(
       "gated_additive_forward",

@@ -129,3 +129,104 @@ def test_bf16_rounding_is_round_to_nearest_even():
     assert np.all(b.view(np.uint32) & 0xFFFF == 0)
     assert np.all(np.abs(b - y) <= np.abs(y) * 2.0 ** -8)
     np.testing.assert_array_equal(deltaproof.round_to_bf16(y.astype(np.float64)), b)  # no double rounding here
+
+
+def fraction_inner(a, b):
+    """Σ a_i b_i over ℚ (float entries taken exactly)."""
+    return sum((Fraction(x) * Fraction(y) for x, y in zip(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1))),
+               Fraction(0))
+
+
+def test_linear_attention_directional_derivatives_agree_exactly():
+    direction = [dyadic(q.shape), dyadic(k.shape), dyadic(v.shape), dyadic(h0.shape)]
+    backward = {"parallel": linear_attention.parallel_backward(q, k, v, do, h0, dht, scalar="exact"),
+                "recurrent": linear_attention.recurrent_backward(q, k, v, do, h0, dht, scalar="exact"),
+                "chunkwise": linear_attention.chunkwise_backward(q, k, v, do, 3, h0, dht, scalar="exact")}
+    for form, g in backward.items():
+        paired = sum((fraction_inner(g[name], u) for name, u in zip(("dq", "dk", "dv", "dh0"), direction)), Fraction(0))
+        for method in ("dual", "backward"):
+            d = linear_attention.directional_derivative(q, k, v, do, direction, form, 3, h0, dht, method=method)
+            assert isinstance(d, Fraction) and d == paired, (form, method)
+
+
+def test_linear_attention_central_difference_is_the_cubic_term_plus_high_rounding():
+    # L(x + t·u) is a cubic in t whose t³ coefficient is <dO, (U_q U_kᵀ ⊙ M) U_v>, so in exact
+    # arithmetic the central difference is L'(0) + c3·h²; High adds ≈ 1e-100·|L|/h on top.
+    direction = [dyadic(q.shape), dyadic(k.shape), dyadic(v.shape), dyadic(h0.shape)]
+    exact = linear_attention.directional_derivative(q, k, v, do, direction, "recurrent", 1, h0, dht)
+    c3 = fraction_inner(do, linear_attention.parallel(*direction[:3], scalar="exact").o)
+    assert c3 != 0
+    for step in (Fraction(1, 2 ** 10), Fraction(1, 10 ** 20), 1e-30):
+        fd = linear_attention.directional_derivative(q, k, v, do, direction, "chunkwise", 3, h0, dht,
+                                                     method="central_difference", step=step)
+        d = fd.denominator
+        assert d & (d - 1) == 0  # a High value converted exactly: a dyadic rational
+        h = Fraction(step)
+        assert abs(fd - exact - c3 * h * h) < Fraction(1, 10 ** 80) / h
+    with pytest.raises(ValueError, match="step"):
+        linear_attention.directional_derivative(q, k, v, do, direction, method="central_difference")
+    with pytest.raises(ValueError, match="direction"):
+        linear_attention.directional_derivative(q, k, v, do, direction[:2])
+
+
+def test_delta_rule_blocked_levels_and_prefix_products_equal_exactly():
+    n = 7
+    kc, vc, bc = dyadic((n, DK)), dyadic((n, DV)), rng.integers(0, 9, size=n) / 8
+    a = delta_rule.wy_factors(kc, vc, bc, scalar="exact").A
+    blocked = delta_rule.invert_unit_lower_blocked(a, base_block=2, scalar="exact")
+    assert equal(blocked.T, delta_rule.invert_unit_lower(a, "forward_substitution", scalar="exact"))
+    assert equal(blocked.T, delta_rule.invert_unit_lower(a, "blocked", base_block=2, scalar="exact"))
+    padded = np.eye(8, dtype=int).astype(object)
+    padded[:n, :n] = a
+    levels = [blocked.diagonal_block_inverses] + blocked.merged_levels
+    assert [len(level) for level in levels] == [4, 2, 1]
+    for level in levels:
+        size = level[0].shape[0]
+        for j, t in enumerate(level):
+            block = padded[j * size:(j + 1) * size, j * size:(j + 1) * size]
+            assert equal(block.dot(t), np.eye(size, dtype=int).astype(object))
+    sequential = delta_rule.prefix_products(kc, vc, bc, "sequential", scalar="exact")
+    assert len(sequential) == n
+    for method in ("tree", "wy"):
+        other = delta_rule.prefix_products(kc, vc, bc, method, scalar="exact")
+        for s, o in zip(sequential, other):
+            assert equal(s.P, o.P) and equal(s.H, o.H), method
+    # S_0 P_C + H_C is the recurrence's final state over the chunk.
+    r = delta_rule.recurrent(dyadic((n, DK)), kc, vc, bc, h0, scalar="exact")
+    assert equal(h0.astype(object).dot(sequential[-1].P) + sequential[-1].H, r.ht)
+
+
+def test_delta_rule_conditioning_reads_the_exact_wy_factors():
+    rows = delta_rule.conditioning(q, k * 4, v, beta, (1, 3, 7), h0)
+    assert [r["chunk_size"] for r in rows] == [1, 3, 7]
+    for row in rows:
+        chunks = delta_rule.chunkwise(q, k * 4, v, beta, row["chunk_size"], h0, scalar="exact").chunks
+        assert row["max_abs_t"] == max(float(abs(x)) for c in chunks for x in c["T"].reshape(-1))
+        assert row["max_abs_w"] == max(float(abs(x)) for c in chunks for x in c["W"].reshape(-1))
+        assert row["chunkwise_finite"] and row["recurrence_finite"]
+    with pytest.raises(ValueError, match="float_type"):
+        delta_rule.conditioning(q, k, v, beta, (1,), float_type="half")
+
+
+def test_gated_decays_equal_the_chunkwise_decays():
+    exact = gated_delta_rule.decay_from_gates(alpha[:4], scalar="exact")
+    assert equal(exact, gated_delta_rule.wy_recurrence(k[:4], v[:4], beta[:4], alpha[:4], scalar="exact").decay)
+    assert exact[4, 1] == Fraction(alpha[1]) * Fraction(alpha[2]) * Fraction(alpha[3]) and exact[1, 2] == 0
+    g = np.log(alpha)
+    log_double = gated_delta_rule.decay_from_log_gates(g[:4], scalar="double")
+    chunk = gated_delta_rule.chunkwise_log_gate(q, k, v, beta, g, 4, h0, scalar="double").chunks[0]["decay"]
+    np.testing.assert_array_equal(log_double, chunk)  # the same function, the same arithmetic
+    log_float = gated_delta_rule.decay_from_log_gates(g[:4], scalar="float")
+    assert np.all(log_float.astype(np.float32).astype(np.float64) == log_float)  # evaluated in float32
+    assert np.all(np.triu(log_float, 1) == 0) and np.all(np.diag(log_float) == 1)
+    with pytest.raises(ValueError, match="exact"):
+        gated_delta_rule.decay_from_log_gates(g[:4], scalar="exact")
+
+
+def test_linear_attention_time_forward_times_each_run():
+    seconds = linear_attention.time_forward(q, k, v, "chunkwise", 3, h0, repeats=3)
+    assert len(seconds) == 3 and all(isinstance(s, float) and s > 0 for s in seconds)
+    with pytest.raises(ValueError, match="repeats"):
+        linear_attention.time_forward(q, k, v, "parallel", repeats=0)
+    with pytest.raises(ValueError, match="form"):
+        linear_attention.time_forward(q, k, v, "sideways")
