@@ -118,8 +118,15 @@ def test_json_never_seen_before(tmp_path):
                                "records": records,
                                "ratios": [{"op": "linear", "pass": "forward", "numerator": "deltaproof (C=64)",
                                            "denominator": "fla", "ratio": 0.75}]}))
+    real = tmp_path / "side_by_side_real.json"  # the same shape on a GPU: judged against the targets
+    real.write_text(json.dumps({"side_by_side": 1, "context": {"date": "2026-12-03", "shape": shape, "dry_run": False},
+                                "records": records[:2], "ratios": [
+                                    {"op": "linear", "pass": "forward", "numerator": "deltaproof (C=64)",
+                                     "denominator": "fla (C=64)", "ratio": 0.6, "compares": "fastest against fastest"},
+                                    {"op": "linear", "pass": "forward", "numerator": "deltaproof (C=16)",
+                                     "denominator": "fla (C=64)", "ratio": 0.7, "compares": "equal C"}]}))
     out = tmp_path / "out"
-    assert report.main([str(gb), str(sbs), "--out", str(out)]) == 0
+    assert report.main([str(gb), str(sbs), str(real), "--out", str(out)]) == 0
     text = (out / "REPORT.md").read_text()
     assert "### BM_NewForm<High> (`new.json`)" in text and "### BM_Positional (`new.json`)" in text
     # Medians over the repetitions: CPU times 1, 2, 3 ms -> 2 ms; rates 1e9 / median(1e6, 2e6, 3e6) = 500x.
@@ -127,8 +134,12 @@ def test_json_never_seen_before(tmp_path):
     assert "| arg0 | time | CPU time | reps | FLOP |\n|---|---|---|---|---|\n| 7 |" in text
     assert "Not measured by the benchmarks given: Exact" in text
     assert "DRY RUN" in text
-    assert "| Linear attention | forward | deltaproof (C=64) | fla | 0.75 | ≤ 0.65: not met |" in text
+    # a dry run is not judged against the targets
+    assert "| Linear attention | forward | deltaproof (C=64) | fla | 0.75 | ≤ 0.65: not judged |" in text
     assert "| DeltaNet | forward | fla | 64 | check failed | DISAGREES (err/bound ≤ 3) |" in text
+    assert "| Linear attention | forward | deltaproof (C=64) | fla (C=64) | 0.60 | ≤ 0.65: met |" in text
+    assert "| Linear attention | forward | deltaproof (C=16) | fla (C=64) | 0.70 |  |" in text
+    assert "| Linear attention | forward | 300 | ≤ 210 | not met |" in text
 
 
 if __name__ == "__main__":
