@@ -391,6 +391,8 @@ def header_section(rep, contexts):
             load_text = ", ".join(f"{x:.1f}" for x in load_avg) if isinstance(load_avg, list) else "?"
             host = f"{c.get('host_name', '?')}: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz"
             what = os.path.basename(str(c.get("executable", "?")))
+            if what.endswith("_cuda"):
+                host += " (the GPU machine's host CPU)"
             notes = f"load average {load_text}; libbenchmark built as {c.get('library_build_type', '?')}"
             if "transcribed_from" in c:
                 host = c.get("host_name", "?")
