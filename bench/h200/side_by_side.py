@@ -642,7 +642,10 @@ def main(argv=None, override=None):
         a.impls.append("fla (Hopper guard lifted)")
 
     os.makedirs(a.out, exist_ok=True)
-    tag = "_".join(o.replace("-", "_") for o in a.ops) + ("_dry_run" if a.dry_run else "")
+    tag = "_".join(o.replace("-", "_") for o in a.ops)
+    if set(a.passes) != set(PASSES):  # a call split by pass keeps its own file name
+        tag += "_" + "_".join(p_.replace("+", "_") for p_ in a.passes)
+    tag += "_dry_run" if a.dry_run else ""
     json_path = os.path.join(a.out, f"side_by_side_{tag}.json")
     log_file = open(os.path.join(a.out, f"side_by_side_{tag}.log"), "a", buffering=1)
 
