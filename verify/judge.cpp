@@ -310,11 +310,31 @@ void transition(MatrixD& c, const VectorD& k, const VectorD& ck, double alpha, d
   if (alpha != 1) c *= alpha * alpha;
 }
 
-// Σ_i Δ_ij² for Δ = a·|X| + (rows ⊗ |k|): per column j.
-VectorD column_squares(const MatrixD& x, double a, const VectorD& rows, const VectorD& abs_k) {
-  VectorD out(x.cols());
-  for (Index j = 0; j < x.cols(); ++j) out(j) = (a * x.col(j).cwiseAbs() + rows * abs_k(j)).squaredNorm();
+// Δ = a·|X| + (rows ⊗ |k|) bounds one step's roundings entrywise; the second-moment proxies of the
+// independent entries are Σ_i Δ_ij² per key column and Σ_j Δ_ij² per value row.
+struct Squares {
+  VectorD columns, rows;
+  Squares& operator+=(const Squares& o) {
+    columns += o.columns, rows += o.rows;
+    return *this;
+  }
+};
+
+Squares squares(const MatrixD& x, double a, const VectorD& rows, const VectorD& abs_k) {
+  Squares out{VectorD(x.cols()), VectorD::Zero(x.rows())};
+  for (Index j = 0; j < x.cols(); ++j) {
+    const VectorD col = a * x.col(j).cwiseAbs() + rows * abs_k(j);
+    out.columns(j) = col.squaredNorm();
+    out.rows += col.cwiseAbs2();
+  }
   return out;
+}
+
+// The state stored in operand precision (|δ| ≤ u|X| entrywise), counted twice: it perturbs both the
+// state a chunk kernel carries on and the V̄ it computes from it.
+Squares storage_squares(const MatrixD& x, double u) {
+  const MatrixD sq = 2 * u * u * x.cwiseAbs2();
+  return {sq.colwise().sum().transpose(), sq.rowwise().sum()};
 }
 
 struct DeltaModel {
@@ -353,7 +373,9 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
   // Forward sweep: states, norms, covariance.
   MatrixD s = in.s0 ? *in.s0 : MatrixD::Zero(DV, DK);
   MatrixD c = MatrixD::Zero(DK, DK);
+  VectorD value_side = VectorD::Zero(DV), do_w(L);  // diag bound of E[E Eᵀ]; do_tᵀ (it) do_t
   VectorD n_state(L + 1), n_u(L), n_write(L), tr_c(L + 1), kck_before(L), qcq(L), n_sq(L);
+  MatrixD corrections(L, DV);  // u_t = v_t − α_t S_{t−1} k_t, for the in-chunk magnitudes
   n_state(0) = s.norm();
   tr_c(0) = 0;
   // Gated: the kernel forms decays from fp32 cumulative sums over a chunk: relative error of α_t
@@ -368,18 +390,23 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     const VectorD ck = c * k;
     kck_before(t) = k.dot(ck);
     // Roundings of this step: accumulation over the whole update, operands of the write, the decay.
-    const VectorD write_rows = b * (a * (s.cwiseAbs() * abs_k) + v.cwiseAbs());  // β(α|S_{t−1}||k| + |v|)
-    VectorD local = column_squares(s, m.eps_acc * a + gate_error(t) * a, (m.eps_acc + m.eps_op) * write_rows, abs_k);
+    const VectorD write_rows = std::abs(b) * (a * (s.cwiseAbs() * abs_k) + v.cwiseAbs());  // β(α|S_{t−1}||k| + |v|)
+    Squares local = squares(s, m.eps_acc * a + gate_error(t) * a, (m.eps_acc + m.eps_op) * write_rows, abs_k);
     if (a != 1) s *= a;
     const VectorD correction = v - s * k;
     s.noalias() += (b * correction) * k.transpose();
     transition(c, k, ck, a, b);
+    // Value side: E ↦ α E A leaves E Eᵀ below α²‖A‖² E Eᵀ, diagonal bounds stay diagonal.
+    value_side *= std::pow(a * std::max(1.0, std::abs(1 - b * k.squaredNorm())), 2);
     // The state stored in operand precision once per (smallest) chunk of 16 tokens.
-    if (t % 16 == 15) local += 2 * std::pow(m.u_op, 2) * s.cwiseAbs2().colwise().sum().transpose();
-    c.diagonal() += local;
+    if (t % 16 == 15) local += storage_squares(s, m.u_op);
+    c.diagonal() += local.columns;
+    value_side += local.rows;
+    do_w(t) = in.d_o ? in.d_o->row(t).cwiseAbs2().dot(value_side) : 0.0;
     n_state(t + 1) = s.norm();
     n_u(t) = correction.norm();
-    n_write(t) = b * n_u(t) * k.norm();
+    corrections.row(t) = correction.transpose();
+    n_write(t) = std::abs(b) * n_u(t) * k.norm();
     tr_c(t + 1) = c.trace();
     qcq(t) = q.dot(c * q);
     n_sq(t) = n_state(t + 1) * q.norm();  // ≥ ‖|S_t||q_t|‖
@@ -407,28 +434,34 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
   MatrixD g = in.d_st ? *in.d_st : MatrixD::Zero(DV, DK);
   MatrixD d = MatrixD::Zero(DK, DK);
   VectorD n_g(L), tr_d(L), kdk(L), n_gk(L), n_abs_gk(L);
-  VectorD do_q(L);
-  for (Index t = 0; t < L; ++t) do_q(t) = in.d_o->row(t).norm() * in.q.row(t).norm();
+  MatrixD gk_rows(L, DV);  // G_t k_t, for the in-chunk magnitudes
+  VectorD g_value_side = VectorD::Zero(DV), u_v(L);  // diag bound of E[F Fᵀ]; u_tᵀ (it) u_t
   for (Index t = L - 1; t >= 0; --t) {
     const VectorD q = in.q.row(t).transpose(), dout = in.d_o->row(t).transpose();
     // Roundings of forming G_t: the outer product and the sum.
-    d.diagonal() += column_squares(g, m.eps_acc, eps * dout.cwiseAbs(), q.cwiseAbs());
+    Squares formed = squares(g, m.eps_acc, eps * dout.cwiseAbs(), q.cwiseAbs());
     g.noalias() += dout * q.transpose();
-    if (t % 16 == 0) d.diagonal() += 2 * std::pow(m.u_op, 2) * g.cwiseAbs2().colwise().sum().transpose();
+    if (t % 16 == 0) formed += storage_squares(g, m.u_op);
+    d.diagonal() += formed.columns;
+    g_value_side += formed.rows;
     const VectorD k = in.k.row(t).transpose(), abs_k = k.cwiseAbs();
     const VectorD gk = g * k, dk_vec = d * k, abs_gk = g.cwiseAbs() * abs_k;
     n_g(t) = g.norm();
     tr_d(t) = d.trace();
     kdk(t) = k.dot(dk_vec);
     n_gk(t) = gk.norm();
+    gk_rows.row(t) = gk.transpose();
     n_abs_gk(t) = abs_gk.norm();
+    u_v(t) = corrections.row(t).cwiseAbs2().dot(g_value_side);
     // G_{t−1} before do_{t−1}: α_t G_t A_t, and the roundings of that step.
     const double a = alpha(t), b = in.beta(t);
-    const VectorD local = column_squares(g, m.eps_acc * a + gate_error(t) * a, eps * a * b * abs_gk, abs_k);
+    const Squares local = squares(g, m.eps_acc * a + gate_error(t) * a, eps * a * std::abs(b) * abs_gk, abs_k);
     g.noalias() -= (b * gk) * k.transpose();
     if (a != 1) g *= a;
     transition(d, k, dk_vec, a, b);
-    d.diagonal() += local;
+    g_value_side *= std::pow(a * std::max(1.0, std::abs(1 - b * k.squaredNorm())), 2);
+    d.diagonal() += local.columns;
+    g_value_side += local.rows;
   }
   const double dh0_stat = lam * std::sqrt(std::max(0.0, d.trace()));
   bd.dh0 = MatrixD::Constant(1, 1, dh0_stat + u.dh0 * (truth.dh0.norm() + dh0_stat));
@@ -440,25 +473,36 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     for (Index s = t; s < std::min<Index>(L, t + w); ++s)
       later_reads(t) += in.d_o->row(s).norm() * std::abs(in.q.row(s).dot(in.k.row(t)));
   }
-  const VectorD window_do_q = window_sums(do_q, w, true);
+  // In-chunk magnitudes around token t (kernel_model.hpp): the writes |β_s| u_s k_sᵀ of earlier
+  // tokens seen through k_t and do_t, and the reads do_s q_sᵀ of later tokens seen through u_t.
+  VectorD writes_gk(L), writes_do(L), reads_u(L);
+  for (Index t = 0; t < L; ++t) {
+    writes_gk(t) = writes_do(t) = reads_u(t) = 0;
+    for (Index s = std::max<Index>(0, t - w + 1); s <= t; ++s) {
+      const double bk = std::abs(in.beta(s)) * in.k.row(s).norm();
+      writes_gk(t) += bk * std::abs(corrections.row(s).dot(gk_rows.row(t)));
+      writes_do(t) += bk * std::abs(corrections.row(s).dot(in.d_o->row(t)));
+    }
+    for (Index s = t; s < std::min<Index>(L, t + w); ++s)
+      reads_u(t) += in.q.row(s).norm() * std::abs(in.d_o->row(s).dot(corrections.row(t)));
+  }
   const VectorD near_state = window_max(n_state.tail(L), w, false);
-  const VectorD recent = window_sums(n_write, w, false);
   bd.dq.resize(L, 1), bd.dk.resize(L, 1), bd.dv.resize(L, 1), bd.dbeta.resize(L, 1), bd.dg.resize(L, 1);
   VectorD dg_terms(L);
   for (Index t = 0; t < L; ++t) {
-    const double nk = in.k.row(t).norm(), ndo = in.d_o->row(t).norm(), a = alpha(t), b = in.beta(t);
-    const double s_prev = n_state(t), sig_state = lam * std::sqrt(std::max(0.0, tr_c(t + 1)));
+    const double nk = in.k.row(t).norm(), ndo = in.d_o->row(t).norm(), a = alpha(t), b = std::abs(in.beta(t));
+    const double s_prev = n_state(t);
     const double sig_prev = lam * std::sqrt(std::max(0.0, tr_c(t)));
     const double sig_u = lam * a * std::sqrt(std::max(0.0, kck_before(t)));
     const double sig_g = lam * std::sqrt(std::max(0.0, tr_d(t))), sig_gk = lam * std::sqrt(std::max(0.0, kdk(t)));
-    // Local magnitudes: |G_t| k_t with its in-chunk reads, and the state with its in-chunk writes.
-    const double gk_mag = n_abs_gk(t) + later_reads(t), g_mag = n_g(t) + window_do_q(t);
-    const double s_mag = near_state(t) + recent(t);
-    const double dq = sig_state * ndo + eps * s_mag * ndo;
+    // Local magnitudes: |G_t| k_t with its in-chunk reads; the state's in-chunk writes are in writes_*.
+    const double gk_mag = n_abs_gk(t) + later_reads(t);
+    const double dq = lam * std::sqrt(std::max(0.0, do_w(t))) + eps * (n_state(t + 1) * ndo + writes_do(t));
     const double dv = b * sig_gk + eps * b * gk_mag;
     const double dbeta = n_u(t) * sig_gk + sig_u * n_gk(t) + eps * (n_u(t) + a * s_prev * nk) * gk_mag;
-    const double dk = b * (sig_g * n_u(t) + n_g(t) * sig_u + a * (sig_prev * n_gk(t) + s_prev * sig_gk)) +
-                      eps * b * (g_mag * n_u(t) + a * (s_prev * gk_mag + s_mag * n_abs_gk(t)));
+    const double sig_gu = lam * std::sqrt(std::max(0.0, u_v(t)));  // F_tᵀ u_t
+    const double dk = b * (sig_gu + n_g(t) * sig_u + a * (sig_prev * n_gk(t) + s_prev * sig_gk)) +
+                      eps * b * (n_g(t) * n_u(t) + reads_u(t) + a * (s_prev * gk_mag + near_state(t) * n_abs_gk(t) + writes_gk(t)));
     dg_terms(t) = a * (1 + b * nk * nk) * (sig_g * s_prev + n_g(t) * sig_prev);
     const double dg_local = eps * a * s_prev * n_g(t) * (1 + b * nk * nk);  // one token's term of the chunk sum
     bd.dq(t, 0) = dq;
