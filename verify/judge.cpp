@@ -298,8 +298,11 @@ Bounds linear_bounds(const UnitInputs& in, const Truth& t, bool gradients, doubl
 // second-moment proxy C_t = Σ (coefficients²) (DK × DK) follows the transitions exactly:
 //   C_t = α_t² A_t C_{t−1} A_t + diag(Σ_i Δ_ij²),   A_t = I − β_t k_t k_tᵀ,
 // where Δ bounds the roundings of step t entrywise. Then, except with probability 2e^{−λ²/2},
-// ‖E_t q‖ ≤ λ sqrt(qᵀ C_t q) and ‖E_t‖_F ≤ λ sqrt(tr C_t). The cotangent G_t of S_t and its
-// error covariance D_t run the mirror image backwards.
+// ‖E_t q‖ ≤ λ sqrt(qᵀ C_t q) and ‖E_t‖_F ≤ λ sqrt(tr C_t). Seen from the value side (E_tᵀ x,
+// as in dq = S_tᵀ do), the diagonal v_t = Σ_s ‖Φ_{s→t}‖² rowsum(Δ_s²) with ‖Φ‖ ≤ Π α‖A‖ gives
+// ‖E_tᵀ x‖ ≤ λ sqrt(Σ_i x_i² v_ti); each bound uses the smaller of that and ‖E_t‖_F ‖x‖.
+// The cotangent G_t of S_t and its error covariances D_t (key side), w_t (value side) run the
+// mirror image backwards.
 
 // C ← α² A C A with A = I − β k kᵀ, in O(DK²), given ck = C k: with y = β ck − (β² kᵀck / 2) k,
 // A C A = C − y kᵀ − k yᵀ (C symmetric).
@@ -355,16 +358,6 @@ VectorD window_sums(const VectorD& x, long w, bool forward) {
   return out;
 }
 
-VectorD window_max(const VectorD& x, long w, bool forward) {
-  const Index n = x.size();
-  VectorD out(n);
-  for (Index t = 0; t < n; ++t) {
-    const Index lo = forward ? t : std::max<Index>(0, t - w + 1), hi = forward ? std::min<Index>(n, t + w) : t + 1;
-    out(t) = x.segment(lo, hi - lo).maxCoeff();
-  }
-  return out;
-}
-
 Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, const DeltaModel& m,
                     const OutputRoundoffs& u, double scale, bool normalised) {
   const Index L = in.q.rows(), DK = in.q.cols(), DV = in.v.cols();
@@ -373,9 +366,11 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
   // Forward sweep: states, norms, covariance.
   MatrixD s = in.s0 ? *in.s0 : MatrixD::Zero(DV, DK);
   MatrixD c = MatrixD::Zero(DK, DK);
-  VectorD value_side = VectorD::Zero(DV), do_w(L);  // diag bound of E[E Eᵀ]; do_tᵀ (it) do_t
+  // Value side: v_i bounds Σ_j (coefficient of row i of E)², so that ‖E_tᵀ x‖ ≤ λ sqrt(Σ_i x_i² v_i).
+  VectorD value_side = VectorD::Zero(DV), do_w(L);  // do_w(t) = Σ_i do_ti² v_i(t)
+  MatrixD value_before(L, DV);                      // v(t − 1), for E_{t−1}ᵀ G_t k_t in dk
   VectorD n_state(L + 1), n_u(L), n_write(L), tr_c(L + 1), kck_before(L), qcq(L), n_sq(L);
-  MatrixD corrections(L, DV);  // u_t = v_t − α_t S_{t−1} k_t, for the in-chunk magnitudes
+  MatrixD corrections(L, DV);  // u_t = v_t − α_t S_{t−1} k_t, for F_tᵀ u_t in dk
   n_state(0) = s.norm();
   tr_c(0) = 0;
   // Gated: the kernel forms decays from fp32 cumulative sums over a chunk: relative error of α_t
@@ -389,6 +384,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     const double a = alpha(t), b = in.beta(t);
     const VectorD ck = c * k;
     kck_before(t) = k.dot(ck);
+    value_before.row(t) = value_side.transpose();
     // Roundings of this step: accumulation over the whole update, operands of the write, the decay.
     const VectorD write_rows = std::abs(b) * (a * (s.cwiseAbs() * abs_k) + v.cwiseAbs());  // β(α|S_{t−1}||k| + |v|)
     Squares local = squares(s, m.eps_acc * a + gate_error(t) * a, (m.eps_acc + m.eps_op) * write_rows, abs_k);
@@ -434,8 +430,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
   MatrixD g = in.d_st ? *in.d_st : MatrixD::Zero(DV, DK);
   MatrixD d = MatrixD::Zero(DK, DK);
   VectorD n_g(L), tr_d(L), kdk(L), n_gk(L), n_abs_gk(L);
-  MatrixD gk_rows(L, DV);  // G_t k_t, for the in-chunk magnitudes
-  VectorD g_value_side = VectorD::Zero(DV), u_v(L);  // diag bound of E[F Fᵀ]; u_tᵀ (it) u_t
+  VectorD g_value_side = VectorD::Zero(DV), u_v(L), gk_v(L);  // value side of F; Σ_i u_ti² w_i; Σ_i (G_t k_t)_i² v_i(t − 1)
   for (Index t = L - 1; t >= 0; --t) {
     const VectorD q = in.q.row(t).transpose(), dout = in.d_o->row(t).transpose();
     // Roundings of forming G_t: the outer product and the sum.
@@ -450,7 +445,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     tr_d(t) = d.trace();
     kdk(t) = k.dot(dk_vec);
     n_gk(t) = gk.norm();
-    gk_rows.row(t) = gk.transpose();
+    gk_v(t) = gk.cwiseAbs2().dot(value_before.row(t).transpose());
     n_abs_gk(t) = abs_gk.norm();
     u_v(t) = corrections.row(t).cwiseAbs2().dot(g_value_side);
     // G_{t−1} before do_{t−1}: α_t G_t A_t, and the roundings of that step.
@@ -473,20 +468,16 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     for (Index s = t; s < std::min<Index>(L, t + w); ++s)
       later_reads(t) += in.d_o->row(s).norm() * std::abs(in.q.row(s).dot(in.k.row(t)));
   }
-  // In-chunk magnitudes around token t (kernel_model.hpp): the writes |β_s| u_s k_sᵀ of earlier
-  // tokens seen through k_t and do_t, and the reads do_s q_sᵀ of later tokens seen through u_t.
-  VectorD writes_gk(L), writes_do(L), reads_u(L);
+  // Window magnitudes (kernel_model.hpp): a chunk containing t starts at most w − 1 tokens before
+  // it, so the state it starts from is one of S_{t−w} .. S_{t−1}; the chunk's writes before t and
+  // reads after t are at most w tokens each, added by the triangle inequality.
+  VectorD near_state(L), do_q(L);
   for (Index t = 0; t < L; ++t) {
-    writes_gk(t) = writes_do(t) = reads_u(t) = 0;
-    for (Index s = std::max<Index>(0, t - w + 1); s <= t; ++s) {
-      const double bk = std::abs(in.beta(s)) * in.k.row(s).norm();
-      writes_gk(t) += bk * std::abs(corrections.row(s).dot(gk_rows.row(t)));
-      writes_do(t) += bk * std::abs(corrections.row(s).dot(in.d_o->row(t)));
-    }
-    for (Index s = t; s < std::min<Index>(L, t + w); ++s)
-      reads_u(t) += in.q.row(s).norm() * std::abs(in.d_o->row(s).dot(corrections.row(t)));
+    near_state(t) = n_state.segment(std::max<Index>(0, t + 1 - w), std::min<Index>(w, t + 1)).maxCoeff();
+    do_q(t) = in.d_o->row(t).norm() * in.q.row(t).norm();
   }
-  const VectorD near_state = window_max(n_state.tail(L), w, false);
+  const VectorD g_mag = n_g + window_sums(do_q, w, true);           // ≥ ‖G‖ at the chunk's end, plus its reads
+  const VectorD s_mag = near_state + window_sums(n_write, w, false);  // ≥ ‖S‖ at the chunk's start, plus its writes
   bd.dq.resize(L, 1), bd.dk.resize(L, 1), bd.dv.resize(L, 1), bd.dbeta.resize(L, 1), bd.dg.resize(L, 1);
   VectorD dg_terms(L);
   for (Index t = 0; t < L; ++t) {
@@ -495,14 +486,17 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, bool gradients, co
     const double sig_prev = lam * std::sqrt(std::max(0.0, tr_c(t)));
     const double sig_u = lam * a * std::sqrt(std::max(0.0, kck_before(t)));
     const double sig_g = lam * std::sqrt(std::max(0.0, tr_d(t))), sig_gk = lam * std::sqrt(std::max(0.0, kdk(t)));
-    // Local magnitudes: |G_t| k_t with its in-chunk reads; the state's in-chunk writes are in writes_*.
+    // Local magnitudes: |G_t| k_t with its in-chunk reads; G and S with the chunk's reads and writes.
     const double gk_mag = n_abs_gk(t) + later_reads(t);
-    const double dq = lam * std::sqrt(std::max(0.0, do_w(t))) + eps * (n_state(t + 1) * ndo + writes_do(t));
+    const double sig_state_do = std::min(lam * std::sqrt(std::max(0.0, tr_c(t + 1))) * ndo, lam * std::sqrt(std::max(0.0, do_w(t))));
+    const double dq = sig_state_do + eps * s_mag(t) * ndo;
     const double dv = b * sig_gk + eps * b * gk_mag;
     const double dbeta = n_u(t) * sig_gk + sig_u * n_gk(t) + eps * (n_u(t) + a * s_prev * nk) * gk_mag;
-    const double sig_gu = lam * std::sqrt(std::max(0.0, u_v(t)));  // F_tᵀ u_t
-    const double dk = b * (sig_gu + n_g(t) * sig_u + a * (sig_prev * n_gk(t) + s_prev * sig_gk)) +
-                      eps * b * (n_g(t) * n_u(t) + reads_u(t) + a * (s_prev * gk_mag + near_state(t) * n_abs_gk(t) + writes_gk(t)));
+    // Value-side forms where they are smaller: F_tᵀ u_t, and E_{t−1}ᵀ (G_t k_t) (each ≤ its Frobenius form).
+    const double sig_gu = std::min(sig_g * n_u(t), lam * std::sqrt(std::max(0.0, u_v(t))));
+    const double sig_prev_gk = std::min(sig_prev * n_gk(t), lam * std::sqrt(std::max(0.0, gk_v(t))));
+    const double dk = b * (sig_gu + n_g(t) * sig_u + a * (sig_prev_gk + s_prev * sig_gk)) +
+                      eps * b * (g_mag(t) * n_u(t) + a * (s_prev * gk_mag + s_mag(t) * n_abs_gk(t)));
     dg_terms(t) = a * (1 + b * nk * nk) * (sig_g * s_prev + n_g(t) * sig_prev);
     const double dg_local = eps * a * s_prev * n_g(t) * (1 + b * nk * nk);  // one token's term of the chunk sum
     bd.dq(t, 0) = dq;

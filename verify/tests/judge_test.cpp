@@ -111,8 +111,10 @@ TEST_P(JudgeOps, OracleStoredAsAKernelAgrees) {
 }
 
 // A planted error the size of the tensor's largest entry, at one entry: caught there. (The delta
-// family's normwise gradient bounds sit at 10-40 % of a tensor's scale in bf16 and fp16, so a tenth
-// would not always be caught; an error as large as the entries is.)
+// family's normwise gradient bounds sit at 10-40 % of a row's norm in bf16 and fp16, so a tenth
+// would not always be caught; an error as large as the entries is. Except dk: near the start of a
+// sequence its bound bounds the chunk's in-token reads by the triangle inequality and reaches
+// 1.0-1.6 times the row's norm in 16-bit dtypes, so the error planted there is 4 times as large.)
 TEST_P(JudgeOps, PlantedErrorCaughtWhereItIs) {
   const auto [op, layout, dtype] = GetParam();
   const KernelCase c = make_case(op, layout, dtype, {}, 11);
@@ -123,7 +125,8 @@ TEST_P(JudgeOps, PlantedErrorCaughtWhereItIs) {
     double largest = 0;
     for (double x : t.values) largest = std::max(largest, std::abs(x));
     const size_t at = t.values.size() / 2 + 3;
-    t.values[at] += largest;
+    const bool loose_dk = std::string(name) == "dk" && op != Op::linear && dtype != DType::f32;
+    t.values[at] += (loose_dk ? 4 : 1) * largest;
     const Verdict v = judge(c, r);
     const Comparison* row = v.find(name);
     ASSERT_NE(row, nullptr);
