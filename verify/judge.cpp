@@ -24,6 +24,9 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace deltaproof::verify {
 namespace {
@@ -360,10 +363,11 @@ Bounds linear_bounds(const UnitInputs& in, const Truth& t, const Truth& m, bool 
 
 // ----------------------------------------------------------------------------------------------
 // Column kernels of the delta sweeps (judge_kernels.inc), compiled twice from the same source: for
-// x86-64's baseline (SSE2) and for AVX2, picked once at run time. Neither contracts a·b + c into an
-// FMA (AVX2 without FMA), and a run uses one of them throughout, so the backward's recomputed
-// states are the forward's bit for bit. The helpers pass 32-byte vectors by value; they are
-// internal and inlined, so GCC's note that such calls change ABI with AVX does not apply.
+// x86-64's baseline (SSE2) and for AVX2 with FMA, picked once at run time. A run uses one of them
+// throughout, and the state update spells out its rounding (updated() in the file), so the
+// backward's recomputed states are the forward's bit for bit. The helpers pass 32-byte vectors by
+// value; they are internal and inlined, so GCC's note that such calls change ABI with AVX does not
+// apply.
 // The kernels' arguments (see judge_kernels.inc).
 struct ForwardColumn {
   double alpha, kj;
@@ -392,10 +396,12 @@ namespace baseline {
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define DELTAPROOF_AVX2_KERNELS 1
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
+#define DELTAPROOF_KERNELS_FMA 1
 namespace avx2 {
 #include "verify/judge_kernels.inc"
 }  // namespace avx2
+#undef DELTAPROOF_KERNELS_FMA
 #pragma GCC pop_options
 #endif
 
@@ -425,7 +431,7 @@ struct ColumnKernels {
 const ColumnKernels& column_kernels() {
 #ifdef DELTAPROOF_AVX2_KERNELS
   static const ColumnKernels chosen =
-      __builtin_cpu_supports("avx2") ? DELTAPROOF_KERNEL_TABLE(avx2) : DELTAPROOF_KERNEL_TABLE(baseline);
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? DELTAPROOF_KERNEL_TABLE(avx2) : DELTAPROOF_KERNEL_TABLE(baseline);
 #else
   static const ColumnKernels chosen = DELTAPROOF_KERNEL_TABLE(baseline);
 #endif
@@ -518,8 +524,7 @@ Truth delta_oracle(const UnitInputs& in, bool gradients, bool gated, const Delta
   };
   DeltaSweep& sw = sweep;
   Truth tr;
-  tr.o.resize(L, DV);
-  MatrixD dq_used(gradients ? L : 0, DK);
+  MatrixD oT(DV, L), dqT(DK, gradients ? L : 0);  // a token per column, transposed at the end
   MatrixD corrections(DV, L), s_k(gradients && gated ? DV : 0, L);  // u_t; S_{t−1} k_t
   // Checkpoints for the backward: S_{t−1} at every `interval`-th token, at most 256 of them.
   const Index interval = std::max<Index>(16, (L + 255) / 256);
@@ -567,8 +572,8 @@ Truth delta_oracle(const UnitInputs& in, bool gradients, bool gated, const Delta
     u = v - a * sk;  // (DV)
     corrections.col(t) = u;
     bu = b * u;
-    tr.o.row(t) = (a * sq + (b * k.dot(q)) * u).transpose();
-    if (gradients) dq_used.row(t) = (a * sdo + (b * u.dot(doT.col(t))) * k).transpose();
+    oT.col(t) = a * sq + (b * k.dot(q)) * u;
+    if (gradients) dqT.col(t) = a * sdo + (b * u.dot(doT.col(t))) * k;
     if (bounds) rows = (eps_acc + model->eps_op) * std::abs(b) * (a * abs_sk + v.cwiseAbs());  // ε|β|(α|S_{t−1}||k| + |v|)
     s_pass(t, a, 1.0, nsk, nsq, nabs_sk, nrowsq, ncolsq, nsdo);
     if (bounds) {
@@ -607,15 +612,15 @@ Truth delta_oracle(const UnitInputs& in, bool gradients, bool gated, const Delta
     std::swap(sk, nsk), std::swap(sq, nsq), std::swap(abs_sk, nabs_sk), std::swap(rowsq, nrowsq);
     std::swap(colsq, ncolsq), std::swap(sdo, nsdo);
   }
-  tr.ht = s;
+  tr.o = oT.transpose(), tr.ht = s;
   if (!gradients) return tr;
 
   // ---------------- backward, block by block from the checkpoints
   MatrixD g = in.d_st ? *in.d_st : MatrixD::Zero(DV, DK);  // G'_t, then G_t (DV, DK)
   MatrixD d = MatrixD::Zero(bounds ? DK : 0, bounds ? DK : 0);
   VectorD g_value_side = VectorD::Zero(DV);
-  tr.dv.resize(L, DV), tr.dbeta.resize(L), tr.dg = VectorD::Zero(L);
-  MatrixD dk_used(L, DK);
+  tr.dbeta.resize(L), tr.dg = VectorD::Zero(L);
+  MatrixD dvT(DV, L), dkT(DK, L);
   if (bounds) {
     sw.n_g.resize(L), sw.tr_d.resize(L), sw.kdk.resize(L), sw.n_gk.resize(L), sw.n_abs_gk.resize(L);
     sw.u_v.resize(L), sw.gk_v.resize(L);
@@ -683,9 +688,9 @@ Truth delta_oracle(const UnitInputs& in, bool gradients, bool gated, const Delta
         gtu(j) = r.gtu, g_colsq(j) = r.g_colsq, g_s += r.gs;
       }
       s_gk.noalias() = prev.transpose() * gk;  // S_{t−1}ᵀ G_t k_t
-      tr.dv.row(t) = (b * gk).transpose();
+      dvT.col(t) = b * gk;
       tr.dbeta(t) = ut.dot(gk);
-      dk_used.row(t) = (b * (gtu - a * s_gk)).transpose();
+      dkT.col(t) = b * (gtu - a * s_gk);
       if (gated) tr.dg(t) = a * (g_s - b * gk.dot(s_k.col(t)));  // dL/dg = α dL/dα
       if (bounds) {
         // The roundings of forming G_t: Δ = ε_acc|G'_t| + ε|do_t||q_t|ᵀ; the stored cotangent.
@@ -724,7 +729,7 @@ Truth delta_oracle(const UnitInputs& in, bool gradients, bool gated, const Delta
     }
   }
   tr.dh0 = g;
-  tr.dq = dq_used, tr.dk = dk_used;
+  tr.dq = dqT.transpose(), tr.dk = dkT.transpose(), tr.dv = dvT.transpose();
   return tr;
 }
 
@@ -757,14 +762,16 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   const long w = KernelModel::window;
   const VectorD& alpha = in.alpha;
   const double lam = m.lambda, eps = m.eps_op + m.eps_acc;
+  const VectorD q_norms = in.q.rowwise().norm(), k_norms = in.k.rowwise().norm();
   Bounds bd;
   bd.o.resize(L, 1);
   // The in-chunk part of S_t q_t, Σ_{s ≤ t, within a window} |β_s| ‖u_s‖ |q_t·k_s|: its magnitude.
   const VectorD recent_writes = banded_score_sums(in.q, in.k, in.beta.cwiseAbs().cwiseProduct(sw.n_u), w, false);
+  const VectorD o_norms = truth.o.rowwise().norm();
   for (Index t = 0; t < L; ++t) {
     const double local = eps * (sw.n_sq(t) + recent_writes(t));
     const double stat = lam * std::sqrt(std::max(0.0, sw.qcq(t))) + local;
-    bd.o(t, 0) = stat + u.o * (truth.o.row(t).norm() + stat);
+    bd.o(t, 0) = stat + u.o * (o_norms(t) + stat);
   }
   const double ht_stat = lam * std::sqrt(std::max(0.0, sw.tr_c(L)));
   bd.ht = MatrixD::Constant(1, 1, ht_stat + u.ht * (truth.ht.norm() + ht_stat));
@@ -782,14 +789,14 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   VectorD near_state(L), do_q(L);
   for (Index t = 0; t < L; ++t) {
     near_state(t) = sw.n_state.segment(std::max<Index>(0, t + 1 - w), std::min<Index>(w, t + 1)).maxCoeff();
-    do_q(t) = do_norms(t) * in.q.row(t).norm();
+    do_q(t) = do_norms(t) * q_norms(t);
   }
   const VectorD g_mag = sw.n_g + window_sums(do_q, w, true);           // ≥ ‖G‖ at the chunk's end, plus its reads
   const VectorD s_mag = near_state + window_sums(sw.n_write, w, false);  // ≥ ‖S‖ at the chunk's start, plus its writes
   bd.dq.resize(L, 1), bd.dk.resize(L, 1), bd.dv.resize(L, 1), bd.dbeta.resize(L, 1), bd.dg.resize(L, 1);
   VectorD dg_terms(L);
   for (Index t = 0; t < L; ++t) {
-    const double nk = in.k.row(t).norm(), ndo = do_norms(t), a = alpha(t), b = std::abs(in.beta(t));
+    const double nk = k_norms(t), ndo = do_norms(t), a = alpha(t), b = std::abs(in.beta(t));
     const double s_prev = sw.n_state(t);
     const double sig_prev = lam * std::sqrt(std::max(0.0, sw.tr_c(t)));
     const double sig_u = lam * a * std::sqrt(std::max(0.0, sw.kck_before(t)));
@@ -817,14 +824,13 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   }
   if (m.gated) bd.dg.col(0) = dg_terms + window_sums(bd.dg.col(0) - dg_terms, w, true);
   // Through scale and the in-kernel normalisation (rows of q, k): ‖J‖₂ ≤ |s|·r.
-  for (Index t = 0; t < L; ++t) {
-    const double rq = normalised ? 1 / std::sqrt(in.q_raw.row(t).squaredNorm() + l2norm_eps) : 1.0;
-    const double rk = normalised ? 1 / std::sqrt(in.k_raw.row(t).squaredNorm() + l2norm_eps) : 1.0;
-    bd.dq(t, 0) *= std::abs(scale) * rq;
-    bd.dk(t, 0) *= rk;
+  bd.dq *= std::abs(scale);
+  if (normalised) {
+    bd.dq.array() /= (in.q_raw.rowwise().squaredNorm().array() + l2norm_eps).sqrt();
+    bd.dk.array() /= (in.k_raw.rowwise().squaredNorm().array() + l2norm_eps).sqrt();
   }
   auto add_output_rounding = [](MatrixD& bound, const MatrixD& truth, double u_out) {
-    for (Index t = 0; t < bound.rows(); ++t) bound(t, 0) += u_out * (truth.row(t).norm() + bound(t, 0));
+    bound.col(0).array() += u_out * (truth.rowwise().norm().array() + bound.col(0).array());
   };
   add_output_rounding(bd.dq, truth.dq, u.dq);
   add_output_rounding(bd.dk, truth.dk, u.dk);
@@ -847,44 +853,44 @@ Comparison compare_unit(const std::string& name, const MatrixD& candidate, const
   const bool elementwise = bound.rows() == truth.rows() && bound.cols() == truth.cols();
   const bool whole = !elementwise && bound.size() == 1;
   c.norm = elementwise ? Norm::elementwise : Norm::rowwise;
-  double sum_sq = 0;
-  for (Index i = 0; i < truth.rows(); ++i)
-    for (Index j = 0; j < truth.cols(); ++j) {
-      const double x = candidate(i, j);
-      if (!std::isfinite(x)) {
-        if (c.finite) c.index = where(i, j), c.reference = truth(i, j), c.error = c.ratio = INFINITY;
-        c.finite = false;
-        continue;
+  // Column by column (the matrices are column-major); the first non-finite entry is named.
+  for (Index j = 0; j < truth.cols() && c.finite; ++j)
+    for (Index i = 0; i < truth.rows(); ++i)
+      if (!std::isfinite(candidate(i, j))) {
+        c.index = where(i, j), c.reference = truth(i, j), c.error = c.ratio = INFINITY, c.finite = false;
+        break;
       }
-      const double e = std::abs(x - truth(i, j));
-      sum_sq += e * e;
-      c.max_abs = std::max(c.max_abs, e);
-    }
-  c.rms = c.count ? std::sqrt(sum_sq / double(c.count)) : 0.0;
-  if (!c.finite || truth.size() == 0) return c;
-  auto consider = [&](double err, double bnd, double ref, Index i, Index j) {
-    const double ratio = bnd > 0 ? err / bnd : (err > 0 ? INFINITY : 0.0);
-    if (ratio > c.ratio || c.index.empty()) c.ratio = ratio, c.error = err, c.bound = bnd, c.reference = ref, c.index = where(i, j);
-  };
-  auto worst_in = [&](Index r0, Index rows) {  // the largest entry error of these rows, for the index
-    Index bi = r0, bj = 0;
-    double best = -1;
-    for (Index i = r0; i < r0 + rows; ++i)
-      for (Index j = 0; j < truth.cols(); ++j)
-        if (std::abs(candidate(i, j) - truth(i, j)) > best) best = std::abs(candidate(i, j) - truth(i, j)), bi = i, bj = j;
-    return std::pair<Index, Index>{bi, bj};
+  if (!c.finite) return c;
+  const MatrixD error = (candidate - truth).cwiseAbs();
+  c.max_abs = truth.size() ? error.maxCoeff() : 0.0;
+  c.rms = c.count ? std::sqrt(error.squaredNorm() / double(c.count)) : 0.0;
+  if (truth.size() == 0) return c;
+  auto ratio_of = [](double err, double bnd) { return bnd > 0 ? err / bnd : (err > 0 ? INFINITY : 0.0); };
+  auto worst_entry_of_row = [&](Index i) {
+    Index j;
+    error.row(i).maxCoeff(&j);
+    return j;
   };
   if (elementwise) {
-    for (Index i = 0; i < truth.rows(); ++i)
-      for (Index j = 0; j < truth.cols(); ++j) consider(std::abs(candidate(i, j) - truth(i, j)), bound(i, j), truth(i, j), i, j);
+    Index wi = 0, wj = 0;
+    double worst = -1;
+    for (Index j = 0; j < truth.cols(); ++j)
+      for (Index i = 0; i < truth.rows(); ++i)
+        if (const double r = ratio_of(error(i, j), bound(i, j)); r > worst) worst = r, wi = i, wj = j;
+    c.ratio = worst, c.error = error(wi, wj), c.bound = bound(wi, wj), c.reference = truth(wi, wj), c.index = where(wi, wj);
   } else if (whole) {
-    const auto [i, j] = worst_in(0, truth.rows());
-    consider((candidate - truth).norm(), bound(0, 0), truth.norm(), i, j);
-  } else {
-    for (Index i = 0; i < truth.rows(); ++i) {
-      const auto [wi, wj] = worst_in(i, 1);
-      consider((candidate.row(i) - truth.row(i)).norm(), bound(i, 0), truth.row(i).norm(), wi, wj);
-    }
+    Index wi, wj;
+    error.maxCoeff(&wi, &wj);
+    c.error = (candidate - truth).norm(), c.bound = bound(0, 0), c.reference = truth.norm();
+    c.ratio = ratio_of(c.error, c.bound), c.index = where(wi, wj);
+  } else {  // one norm per row; the worst row's largest entry names it
+    const VectorD row_errors = (candidate - truth).rowwise().norm();
+    Index wi = 0;
+    double worst = -1;
+    for (Index i = 0; i < truth.rows(); ++i)
+      if (const double r = ratio_of(row_errors(i), bound(i, 0)); r > worst) worst = r, wi = i;
+    c.ratio = worst, c.error = row_errors(wi), c.bound = bound(wi, 0), c.reference = truth.row(wi).norm();
+    c.index = where(wi, worst_entry_of_row(wi));
   }
   return c;
 }
