@@ -6,6 +6,7 @@
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/linear_attention.hpp"
+#include "verify/host_memory.hpp"
 #include "verify/kernel_model.hpp"
 
 #include <algorithm>
@@ -942,12 +943,16 @@ UnitInputs inputs_of(const Plan& p, const Unit& u) {
   return in;
 }
 
-// The oracle's per-token temporaries are state-sized (128 KB at D = 128), right at glibc's mmap
-// threshold: without this every one is a fresh mapping and page faults dominate the run.
+// A unit allocates matrices of a few megabytes (about 100 MB at L = 4096, D = 128) and frees them
+// at its end. By default glibc hands that memory back each time (a worker thread's arena unmaps its
+// emptied heaps) and the next unit page-faults it in again. So: one arena for every thread (the
+// allocations are few and large, so they do not contend), freed memory kept up to 512 MB, and the
+// largest mmap threshold glibc accepts (32 MB; 256 MB, asked for before, is refused).
 void keep_freed_memory() {
 #ifdef __GLIBC__
   static const bool once = [] {
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     return true;
   }();
@@ -1005,7 +1010,10 @@ Truth double_truth(const KernelCase& c, const UnitInputs& in, bool gradients) {
   return pulled_back(t, in, c, gradients);
 }
 
-// Oracle chains: the token recurrence's dot products plus the normalisation and the scale.
+// The double oracle's chains. Delta family: one step of the token recurrence (DK- and DV-long dot
+// products plus a few operations, the normalisation and the scale), propagated like the kernel's
+// own step errors. Linear attention: the chunkwise form, each entry a sum whose terms meet at most
+// L + DK + DV + 4 roundings (reference/linear_attention.hpp, rounding_depth): the caller adds L.
 long oracle_depth(const KernelCase& c) { return long(c.key_dim() + c.value_dim() + 16); }
 long kernel_depth(const KernelCase& c, Index length) {
   return long(length + (length + 15) / 16 + c.key_dim() + c.value_dim() + KernelModel::window + 8);
@@ -1019,6 +1027,7 @@ KernelResult oracle(const KernelCase& c, unsigned threads) {
   auto make = [&](std::vector<Index> shape) {
     HostTensor t;
     t.shape = std::move(shape);
+    reserve_in_huge_pages(t.values, size_t(t.size()));
     t.values.assign(size_t(t.size()), 0.0);
     t.dtype = DType::f64;
     return t;

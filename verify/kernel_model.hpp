@@ -65,6 +65,13 @@ inline KernelModel kernel_model(DType input, bool tf32_operands, bool normalises
 }
 
 // The double oracle itself, in the same model: no operand rounding, u = 2⁻⁵³, exact ops counted.
+// What it runs (verify/judge.cpp): linear attention's chunkwise form in 64-token matrix products,
+// with its |inputs| magnitudes in the same loop (their own rounding, a factor ≤ 1/(1 − γ), carried);
+// the delta family's token recurrence and reverse sweep, one pass per state-sized matrix per token,
+// the bounds' covariances carried in the same passes. Its bound is γ_m times the kernel's
+// magnitudes (linear) or its per-step error added to the kernel's in the same propagation (delta);
+// its share of the kernel's bound is reported, and a unit whose share exceeds 1 % (fp64 kernels)
+// takes its truth from reference/ in High instead.
 inline KernelModel double_oracle_model() {
   KernelModel model;
   model.u_op = 0;
