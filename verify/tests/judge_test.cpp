@@ -138,10 +138,20 @@ TEST_P(JudgeOps, PlantedErrorCaughtWhereItIs) {
   }
 }
 
+std::string case_name(const ::testing::TestParamInfo<std::tuple<Op, Layout, DType>>& info) {  // gated_delta_blhd_bf16
+  const DType dtype = std::get<2>(info.param);
+  std::string name = name_of(std::get<0>(info.param)) + "_" + name_of(std::get<1>(info.param)) + "_" +
+                     (dtype == DType::bf16 ? "bf16" : dtype == DType::f16 ? "fp16" : "fp32");
+  for (char& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryOpLayoutDtype, JudgeOps,
                          ::testing::Combine(::testing::Values(Op::linear, Op::delta, Op::gated_delta),
                                             ::testing::Values(Layout::bhld, Layout::blhd),
-                                            ::testing::Values(DType::bf16, DType::f16, DType::f32)));
+                                            ::testing::Values(DType::bf16, DType::f16, DType::f32)),
+                         case_name);
 
 // The same numbers in deltaproof's layout and fla's give the same oracle, entry for entry.
 TEST(Judge, LayoutsAreTheSameOracle) {
