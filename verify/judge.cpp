@@ -394,7 +394,8 @@ struct BackwardColumnSums {
 namespace baseline {
 #include "verify/judge_kernels.inc"
 }  // namespace baseline
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// DELTAPROOF_JUDGE_BASELINE_ONLY: the baseline kernels alone (a test build; what a CPU without AVX2 runs).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(DELTAPROOF_JUDGE_BASELINE_ONLY)
 #define DELTAPROOF_AVX2_KERNELS 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
