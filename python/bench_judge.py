@@ -4,10 +4,12 @@
     PYTHONPATH=build/release/python /usr/bin/python3 python/bench_judge.py [--op delta] [--B 8 --H 16 --L 4096 --D 128]
 
 The candidate is the oracle's own output rounded to bf16 (o, dq, dk, dv, dβ) and fp32 (ht, dh0, dg),
-as a kernel would store it; the script prints the wall time of the oracle call that makes it and of
-the two judge calls (forward: o, ht; backward: o, ht and every gradient), and the verdict tables.
+as a kernel would store it; the script prints, for the oracle call that makes it and for the two
+judge calls (forward: o, ht; backward: o, ht and every gradient), the wall time, the process's CPU
+time (user and system, all threads) and the 1-minute load average before and after (the machine is
+shared: a load above the core count inflates wall time, not CPU time), and the verdict tables.
 Target (issue 10): judging forward and backward at B=8, H=16, L=4096, D=128 in <= 60 s on 2 cores.
-Memory: about 1 GB per float64 copy of one [8, 4096, 16, 128] tensor pair; expect ~10 GB at peak.
+Memory: 7.6 GB at peak (measured, /usr/bin/time -v) for the default shape.
 """
 import argparse
 import gc
@@ -25,6 +27,30 @@ import numpy as np
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 import deltaproof  # noqa: E402
 from deltaproof.dtypes import round_to  # noqa: E402
+
+
+class Phase:
+    """Wall and CPU time of one phase, and the load average around it."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.load0, self.t0, self.c0 = os.getloadavg()[0], time.perf_counter(), os.times()
+        return self
+
+    def __exit__(self, *exc):
+        c1 = os.times()
+        self.wall = time.perf_counter() - self.t0
+        self.user, self.system = c1.user - self.c0.user, c1.system - self.c0.system
+        self.load1 = os.getloadavg()[0]
+
+    def line(self):
+        return (f"{self.name}: {self.wall:.1f} s wall, CPU {self.user:.1f} s user + {self.system:.1f} s system, "
+                f"load {self.load0:.1f} -> {self.load1:.1f}")
+
+    def record(self):
+        return {"wall_s": self.wall, "user_s": self.user, "system_s": self.system, "load": [self.load0, self.load1]}
 
 
 def main():
@@ -56,32 +82,29 @@ def main():
     inputs["do"] = round_to(rng.standard_normal(shape, dtype=np.float32), "bf16")
     print(f"op={a.op} B={B} H={H} L={T} D={D} bf16, cores={os.cpu_count()}", flush=True)
 
-    t0 = time.perf_counter()
-    reference = deltaproof.oracle(a.op, inputs, layout="blhd", dtype="bf16", threads=a.threads)
-    t_oracle = time.perf_counter() - t0
+    with Phase("oracle (candidate outputs, forward+backward)") as p_oracle:
+        reference = deltaproof.oracle(a.op, inputs, layout="blhd", dtype="bf16", threads=a.threads)
     candidate = {}
     for name in list(reference):
         stored = "fp32" if name in ("ht", "dh0", "dg") else "bf16"
         candidate[name] = round_to(reference.pop(name), stored)
     del reference
     gc.collect()
-    print(f"oracle (candidate outputs, forward+backward): {t_oracle:.1f} s", flush=True)
+    print(p_oracle.line(), flush=True)
 
     forward_inputs = {k: v for k, v in inputs.items() if k != "do"}
-    t0 = time.perf_counter()
-    forward = deltaproof.judge(a.op, forward_inputs, {"o": candidate["o"], "ht": candidate["ht"]}, dtype="bf16",
-                               threads=a.threads)
-    t_forward = time.perf_counter() - t0
-    print(f"judge forward: {t_forward:.1f} s\n{forward}", flush=True)
+    with Phase("judge forward") as p_forward:
+        forward = deltaproof.judge(a.op, forward_inputs, {"o": candidate["o"], "ht": candidate["ht"]}, dtype="bf16",
+                                   threads=a.threads)
+    print(f"{p_forward.line()}\n{forward}", flush=True)
 
-    t0 = time.perf_counter()
-    backward = deltaproof.judge(a.op, inputs, candidate, dtype="bf16", threads=a.threads)
-    t_backward = time.perf_counter() - t0
-    print(f"judge forward+backward: {t_backward:.1f} s\n{backward}", flush=True)
+    with Phase("judge forward+backward") as p_backward:
+        backward = deltaproof.judge(a.op, inputs, candidate, dtype="bf16", threads=a.threads)
+    print(f"{p_backward.line()}\n{backward}", flush=True)
     print(f"oracle share of the kernel bound: {backward.oracle_share}, units in High: "
           f"{backward.units_in_high}/{backward.units}")
-    result = {"op": a.op, "B": B, "H": H, "L": T, "D": D, "cores": os.cpu_count(), "oracle_s": t_oracle,
-              "judge_forward_s": t_forward, "judge_forward_backward_s": t_backward,
+    result = {"op": a.op, "B": B, "H": H, "L": T, "D": D, "cores": os.cpu_count(), "oracle": p_oracle.record(),
+              "judge_forward": p_forward.record(), "judge_forward_backward": p_backward.record(),
               "forward_agrees": forward.agrees, "backward_agrees": backward.agrees,
               "oracle_share": backward.oracle_share}
     print(json.dumps(result))

@@ -92,8 +92,8 @@ static void require_shape(const HostTensor& t, const std::vector<Index>& expecte
 }
 
 static void require_finite(const HostTensor& t, const std::string& name) {
-  for (size_t i = 0; i < t.values.size(); ++i)
-    require(std::isfinite(t.values[i]), name + ": entry " + std::to_string(i) + " is not finite");
+  for (size_t i = 0; i < t.values.size(); ++i)  // the message is built only for a bad entry
+    if (!std::isfinite(t.values[i])) require(false, name + ": entry " + std::to_string(i) + " is not finite");
 }
 
 void KernelCase::validate() const {

@@ -24,10 +24,15 @@
 //   m_t = α_t‖S_{t−1}‖(1 + β_t‖k_t‖²) + β_t‖v_t‖‖k_t‖  (+ the decay's own error for gated),
 // and likewise backwards for the state cotangent G_t. A chunk kernel touches, for token t, the
 // states and writes of up to 64 neighbouring tokens, so local terms use window magnitudes over
-// ±64 tokens. Over long sequences rounding errors that are independent and mean-zero add in
-// quadrature: Pinelis' inequality for sums of bounded independent vectors gives
-//   ‖Σ δ_s‖ ≤ λ·sqrt(Σ ‖δ_s‖²) except with probability 2·exp(−λ²/2);  λ = 8 (≤ 2.6e-14 per bound),
-// and the bound used is the smaller of that and the deterministic sum (which it is for L < 64).
+// ±64 tokens: the largest state a chunk containing t can start from, plus the norms of the chunk's
+// writes before t (reads after t, for the cotangent), by the triangle inequality.
+// Over long sequences rounding errors that are independent and mean-zero add in quadrature:
+// Pinelis' inequality for sums of bounded independent vectors gives
+//   ‖Σ δ_s‖ ≤ λ·sqrt(Σ ‖δ_s‖²) except with probability 2·exp(−λ²/2);  λ = 8 (≤ 2.6e-14 per bound).
+// The propagated errors are carried as second-moment proxies of the independent entrywise
+// roundings: key side C_t (DK × DK, exact through the transitions) for E_t x, and value side v_t
+// (a diagonal, through ‖transition‖²) for E_tᵀ x (dq = S_tᵀ do, and the F_tᵀ u_t, E_{t−1}ᵀ G_t k_t
+// terms of dk); where both apply, the smaller.
 #pragma once
 
 #include "verify/kernel_case.hpp"
@@ -60,6 +65,13 @@ inline KernelModel kernel_model(DType input, bool tf32_operands, bool normalises
 }
 
 // The double oracle itself, in the same model: no operand rounding, u = 2⁻⁵³, exact ops counted.
+// What it runs (verify/judge.cpp): linear attention's chunkwise form in 64-token matrix products,
+// with its |inputs| magnitudes in the same loop (their own rounding, a factor ≤ 1/(1 − γ), carried);
+// the delta family's token recurrence and reverse sweep, one pass per state-sized matrix per token,
+// the bounds' covariances carried in the same passes. Its bound is γ_m times the kernel's
+// magnitudes (linear) or its per-step error added to the kernel's in the same propagation (delta);
+// its share of the kernel's bound is reported, and a unit whose share exceeds 1 % (fp64 kernels)
+// takes its truth from reference/ in High instead.
 inline KernelModel double_oracle_model() {
   KernelModel model;
   model.u_op = 0;

@@ -1,9 +1,12 @@
 // deltaproof._core: verify::judge and verify::oracle on numpy arrays. Each tensor comes from Python
 // as (float64 array holding the exact values the kernel saw, dtype name it was stored in).
 #include "python/src/convert.hpp"
+#include "verify/host_memory.hpp"
 #include "verify/judge.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <utility>
 
 namespace deltaproof::python {
 
@@ -16,6 +19,7 @@ static vf::HostTensor host_tensor(const py::handle& entry, const std::string& na
   if (!a) throw std::invalid_argument(name + ": expected a numeric array");
   vf::HostTensor h;
   h.shape.assign(a.shape(), a.shape() + a.ndim());
+  vf::reserve_in_huge_pages(h.values, size_t(a.size()));
   h.values.assign(a.data(), a.data() + a.size());
   h.dtype = vf::parse_dtype(t[1].cast<std::string>());
   return h;
@@ -29,7 +33,7 @@ static std::optional<vf::HostTensor> optional_tensor(const py::dict& d, const ch
 static vf::HostTensor required_tensor(const py::dict& d, const char* name) {
   auto t = optional_tensor(d, name);
   if (!t) throw std::invalid_argument(std::string(name) + ": missing from the inputs");
-  return *t;
+  return std::move(*t);
 }
 
 static vf::KernelCase kernel_case(const std::string& op, const std::string& layout, const py::dict& inputs, double scale,
