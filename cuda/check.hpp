@@ -41,6 +41,17 @@ inline void require_device_pointer(const void* pointer, const std::string& argum
   require_argument(is_device_pointer(pointer), argument, "must be a device pointer (cudaMalloc)");
 }
 
+// The longest sequence (L, or T decode tokens) a launcher takes. Every memory offset in the kernels
+// is 64-bit (size_t or int64 strides), but chunk arithmetic is int: (L + C − 1) / C and chunk·C + i
+// stay below 2³¹ only while L <= 2³¹ − 64 (C <= 64). Longer sequences are refused, never wrapped.
+inline constexpr int max_sequence_length = INT32_MAX - 63;  // 2³¹ − 64
+
+inline void require_sequence_length(int length, const std::string& argument) {
+  require_argument(length >= 1 && length <= max_sequence_length, argument,
+                   "must be in 1.." + std::to_string(max_sequence_length) + " (chunk indices are 32-bit), got " +
+                       std::to_string(length));
+}
+
 inline void require_aligned(const void* pointer, std::size_t bytes, const std::string& argument) {
   require_argument(reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0, argument,
                    "must be aligned to " + std::to_string(bytes) + " bytes");

@@ -1147,7 +1147,7 @@ void require_common(DType dtype, int batch, int heads, int length, int key_dim, 
   require_argument(heads >= 1, "heads", "must be >= 1, got " + std::to_string(heads));
   require_argument(static_cast<long long>(batch) * heads <= 65535, "batch*heads",
                    "must be <= 65535, got " + std::to_string(static_cast<long long>(batch) * heads));
-  require_argument(length >= 1, length_name, "must be >= 1, got " + std::to_string(length));
+  require_sequence_length(length, length_name);
   require_argument(key_dim >= 1 && key_dim <= kMaxHeadDim, "key_dim",
                    "must be in 1..256, got " + std::to_string(key_dim));
   require_argument(value_dim >= 1 && value_dim <= kMaxHeadDim, "value_dim",

@@ -16,8 +16,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace {
@@ -71,16 +74,32 @@ void add_case_options(CLI::App& sub, CaseOptions& o) {
   sub.add_option("--seed", o.seed, "seed of the random case")->capture_default_str();
 }
 
+// A plain decimal, [+-] digits [. digits] [e [+-] digits] with |exponent| <= 300, as a double: the
+// strings the commands read exactly (parse_decimal) or hand to MPFR (--step), and nothing else, so
+// that no value passes here that a command then misreads (hex floats, spaces, 1e-400).
+std::optional<double> plain_decimal(const std::string& s) {
+  size_t i = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  bool digits = false, point = false;
+  for (; i < s.size() && (std::isdigit((unsigned char)s[i]) || (s[i] == '.' && !point)); ++i)
+    (s[i] == '.' ? point : digits) = true;
+  if (!digits) return std::nullopt;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    i += 1 + (i + 1 < s.size() && (s[i + 1] == '+' || s[i + 1] == '-'));
+    const size_t exponent_at = i;
+    while (i < s.size() && std::isdigit((unsigned char)s[i]) && i - exponent_at < 4) ++i;
+    if (i == exponent_at || std::atoi(s.c_str() + exponent_at) > 300) return std::nullopt;
+  }
+  if (i != s.size()) return std::nullopt;
+  return std::strtod(s.c_str(), nullptr);
+}
+
 // Gate flags of --op delta / gated-delta: "random" or one decimal for every token.
 CLI::Validator gate_value(const std::string& range, double low, bool low_open, double high) {
   return CLI::Validator(
       [=](const std::string& s) -> std::string {
         if (s == "random") return "";
-        try {
-          size_t used = 0;
-          const double x = std::stod(s, &used);
-          if (used == s.size() && (low_open ? x > low : x >= low) && x <= high) return "";
-        } catch (...) {}
+        const auto x = plain_decimal(s);
+        if (x && (low_open ? *x > low : *x >= low) && *x <= high) return "";
         return "Value " + s + " is not \"random\" or a decimal in " + range;
       },
       "random|" + range);
@@ -109,7 +128,13 @@ int dispatch(const std::string& subcommand, const CaseOptions& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole command line: parse argv, run the chosen command, return its exit code. main() is this;
+// the fuzz target (fuzz/command_line_fuzz.cpp) builds this file without main(), commands stubbed.
+namespace deltaproof::tools {
+int run_command_line(int argc, char** argv);
+}
+
+int deltaproof::tools::run_command_line(int argc, char** argv) {
   CLI::App app{"deltaproof: exact verification of linear-attention forms and kernels"};
   app.require_subcommand(1);
   CaseOptions verify_options;
@@ -131,11 +156,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"chunk", "recurrent", "parallel"}))->capture_default_str();
   gradcheck->add_option("--step", gradcheck_options.step, "central-difference step h (a decimal, 1e-60 <= h <= 1e-3)")
       ->check([](const std::string& s) -> std::string {
-        try {
-          size_t used = 0;
-          const double h = std::stod(s, &used);
-          if (used == s.size() && h >= 1e-60 && h <= 1e-3) return "";
-        } catch (...) {}
+        const auto h = plain_decimal(s);
+        if (h && *h >= 1e-60 && *h <= 1e-3) return "";
         return "Value " + s + " is not a decimal in [1e-60, 1e-3]";
       })
       ->capture_default_str();
@@ -195,3 +217,7 @@ int main(int argc, char** argv) {
   if (check->parsed()) return deltaproof::tools::check(check_options);
   return verify->parsed() ? dispatch("verify", verify_options) : dispatch("gradcheck", gradcheck_options);
 }
+
+#ifndef DELTAPROOF_COMMAND_LINE_WITHOUT_MAIN
+int main(int argc, char** argv) { return deltaproof::tools::run_command_line(argc, argv); }
+#endif

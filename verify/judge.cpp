@@ -1107,7 +1107,7 @@ Verdict judge(const KernelCase& c, const KernelResult& candidate, const JudgeOpt
     }
     if (j.in_high) {  // the High truth was rounded to double for the comparison: half an ulp more
       auto widen = [](MatrixD& bound, const MatrixD& truth) {
-        if (bound.size() == truth.size()) bound += 0x1p-53 * truth.cwiseAbs();
+        if (bound.rows() == truth.rows() && bound.cols() == truth.cols()) bound += 0x1p-53 * truth.cwiseAbs();
         else bound.array() += 0x1p-53 * truth.norm();
       };
       widen(b.o, t.o), widen(b.ht, t.ht);

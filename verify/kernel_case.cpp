@@ -1,6 +1,7 @@
 #include "verify/kernel_case.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace deltaproof::verify {
@@ -85,10 +86,21 @@ std::vector<Index> KernelCase::state_shape() const {
   return {sequences(), heads(), key_dim(), value_dim()};
 }
 
+// The element count of a shape, or nullopt for a negative extent or a product past 2⁶³ − 1 (a
+// shape no tensor in memory can have: HostTensor::size() would overflow).
+static std::optional<Index> checked_size(const std::vector<Index>& shape) {
+  Index n = 1;
+  for (Index d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
+
 static void require_shape(const HostTensor& t, const std::vector<Index>& expected, const std::string& name) {
   require(t.shape == expected, name + ": shape " + t.shape_string() + ", expected " + shape_string_of(expected));
-  require(t.values.size() == size_t(t.size()), name + ": holds " + std::to_string(t.values.size()) +
-                                                   " values for shape " + t.shape_string());
+  const auto count = checked_size(t.shape);
+  require(count.has_value(), name + ": shape " + t.shape_string() + " has a negative extent or too many elements");
+  require(t.values.size() == size_t(*count), name + ": holds " + std::to_string(t.values.size()) +
+                                                 " values for shape " + t.shape_string());
 }
 
 static void require_finite(const HostTensor& t, const std::string& name) {
@@ -103,6 +115,9 @@ void KernelCase::validate() const {
   require_shape(q, token_shape(key_dim()), "q");
   require_shape(k, token_shape(key_dim()), "k");
   require_shape(v, token_shape(value_dim()), "v");
+  // With L = 0 the inputs hold nothing, yet the states [N, H, DV, DK] are still allocated and written.
+  require(checked_size(state_shape()).has_value(), "q, v: the states' shape " + shape_string_of(state_shape()) +
+                                                       " has more than 2^63 - 1 elements");
   require(std::isfinite(scale), "scale: must be finite");
   if (!cu_seqlens.empty()) {
     require(batch() == 1, "cu_seqlens: varlen inputs are packed with batch 1 (got B = " + std::to_string(batch()) + ")");
@@ -123,6 +138,9 @@ void KernelCase::validate() const {
   if (beta) {
     require_shape(*beta, gate_shape(), "beta");
     require_finite(*beta, "beta");
+    // β weighs the write and the error model's magnitudes: a negative β has no meaning here.
+    for (size_t i = 0; i < beta->values.size(); ++i)
+      require(beta->values[i] >= 0, "beta: entry " + std::to_string(i) + " is negative (beta must be >= 0)");
   }
   if (g) {
     require_shape(*g, gate_shape(), "g");

@@ -347,8 +347,8 @@ struct Literal {
   std::string text;
   bool truth = false;
   Index number = 0;
-  std::vector<Literal> items;
-  std::vector<std::pair<std::string, Literal>> entries;
+  std::vector<Literal> items;      // a sequence's items, or a dict's values
+  std::vector<std::string> keys;   // a dict's keys, one per item (std::pair would need Literal complete)
 };
 
 class LiteralParser {
@@ -423,7 +423,8 @@ class LiteralParser {
         if (!key || !take(':')) return std::nullopt;
         auto value = parse_value(depth + 1);
         if (!value) return std::nullopt;
-        v.entries.emplace_back(*key, std::move(*value));
+        v.keys.push_back(*key);
+        v.items.push_back(std::move(*value));
         if (!take(',')) {
           if (!take('}')) return std::nullopt;
           break;
@@ -500,13 +501,15 @@ void read_npy(const std::string& path, const std::string& name, const std::vecto
   const auto header = LiteralParser(text).parse_header();
   if (!header) fail(path, name, ".npy header is not a Python dict literal");
   const Literal *descr = nullptr, *fortran = nullptr, *shape_literal = nullptr;
-  for (const auto& [key, value] : header->entries) {
+  for (size_t i = 0; i < header->keys.size(); ++i) {
+    const std::string& key = header->keys[i];
+    const Literal& value = header->items[i];
     if (key == "descr") descr = &value;
     else if (key == "fortran_order") fortran = &value;
     else if (key == "shape") shape_literal = &value;
     else fail(path, name, ".npy header has an unexpected key '" + key + "'");
   }
-  if (!descr || !fortran || !shape_literal || header->entries.size() != 3)
+  if (!descr || !fortran || !shape_literal || header->keys.size() != 3)
     fail(path, name, ".npy header needs exactly the keys descr, fortran_order and shape");
   if (descr->kind != Literal::string)
     fail(path, name, "unsupported dtype: structured arrays are not tensors (expected a plain numeric descr)");
@@ -615,6 +618,12 @@ void write_npz(const std::string& path, const TensorFile& contents) {
   for (const auto& [name, t] : contents.integer) {
     if (contents.floating.count(name)) fail(path, name, "named twice (floating and integer)");
     members.emplace_back(name, write_npy(t.wide ? Stored::i64 : Stored::i32, t.shape, encode_integers(path, name, t)));
+  }
+  // libzip deletes an archive left empty at zip_close; numpy writes the 22-byte end record alone.
+  if (members.empty()) {
+    std::vector<unsigned char> end_of_central_directory = {'P', 'K', 5, 6};
+    end_of_central_directory.resize(22, 0);
+    return write_bytes(path, end_of_central_directory);
   }
   int code = 0;
   zip_t* archive = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &code);

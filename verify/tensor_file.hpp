@@ -22,7 +22,7 @@
 // Errors: std::invalid_argument with one line "<file>: <tensor>: <what>" (or "<file>: <what>" when
 // the container itself is bad): unreadable or truncated file, header offsets outside the data,
 // unsupported dtype, missing or unexpected tensor, shape mismatch, NaN or Inf in any tensor read by
-// the loaders, cu_seqlens not starting at 0, decreasing or not ending at T.
+// the loaders, a negative beta, cu_seqlens not starting at 0, decreasing or not ending at T.
 #pragma once
 
 #include "verify/kernel_case.hpp"

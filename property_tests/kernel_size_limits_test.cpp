@@ -1,0 +1,111 @@
+// Sizes past 2³¹: every launcher refuses what its index arithmetic cannot hold — before any CUDA
+// call, with a message naming the argument — and takes everything up to that limit. Memory offsets
+// are 64-bit in both kernel families (size_t for DeltaNet's packed tensors, int64 strides for linear
+// attention); chunk arithmetic is int, hence cuda::max_sequence_length = 2³¹ − 64. Runs without a
+// device: all pointers are null, so the first check that passes the sizes stops at "q: must not be
+// null" (which needs no CUDA call either).
+#include "cuda/check.hpp"
+#include "cuda/delta_rule.h"
+#include "cuda/linear_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+namespace cu = deltaproof::cuda;
+namespace kla = deltaproof::cuda::linear_attention;
+using cu::DType;
+constexpr int longest = cu::max_sequence_length;
+
+// The invalid_argument message of f(), or "no exception" when it returns.
+template <class F>
+std::string rejection(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+::testing::AssertionResult names(const std::string& message, const std::string& argument) {
+  if (message.rfind(argument + ":", 0) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected an error naming " << argument << ", got: " << message;
+}
+
+template <class Params>
+Params linear_attention_shape(int length) {
+  Params p;
+  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = 256, p.value_dim = 256;
+  if constexpr (requires { p.tokens; }) p.tokens = length;
+  else p.length = length, p.chunk_size = 64;
+  kla::set_contiguous_strides(p);
+  return p;
+}
+
+TEST(KernelSizeLimits, LongestSequenceIsTwoToThe31MinusChunk) {
+  EXPECT_EQ(longest, (std::int64_t{1} << 31) - 64);
+  // L + C − 1 for the largest chunk still fits in int.
+  EXPECT_LE(std::int64_t{longest} + 64 - 1, INT_MAX);
+  EXPECT_EQ(cu::chunk_count(longest, 64), (std::int64_t{longest} + 63) / 64);
+}
+
+TEST(KernelSizeLimits, LinearAttentionRefusesLongerSequencesAndTakesTheLongest) {
+  for (int length : {longest + 1, INT_MAX}) {
+    EXPECT_TRUE(names(rejection([&] { kla::forward(linear_attention_shape<kla::ForwardParams>(length)); }), "length"));
+    EXPECT_TRUE(names(rejection([&] { kla::backward(linear_attention_shape<kla::BackwardParams>(length)); }), "length"));
+    EXPECT_TRUE(names(rejection([&] { kla::decode(linear_attention_shape<kla::DecodeParams>(length)); }), "tokens"));
+  }
+  // 2³¹ − 64 tokens of 256 columns: 5.5·10¹¹ elements per tensor, past 2³¹ and accepted.
+  EXPECT_TRUE(names(rejection([&] { kla::forward(linear_attention_shape<kla::ForwardParams>(longest)); }), "q"));
+  EXPECT_TRUE(names(rejection([&] { kla::backward(linear_attention_shape<kla::BackwardParams>(longest)); }), "q"));
+  EXPECT_TRUE(names(rejection([&] { kla::decode(linear_attention_shape<kla::DecodeParams>(longest)); }), "q"));
+}
+
+TEST(KernelSizeLimits, LinearAttentionRefusesStridesWhoseOffsetsPassInt64) {
+  auto forward_with = [](auto edit) {
+    auto p = linear_attention_shape<kla::ForwardParams>(5);
+    edit(p);
+    return rejection([&] { kla::forward(p); });
+  };
+  // (rows − 1)·row wraps 64 bits: a check in int64 would see a small head stride as enough.
+  EXPECT_TRUE(names(forward_with([](auto& p) { p.q_strides.row = std::int64_t{1} << 62; }), "q_strides.head"));
+  // Each stride is consistent, but (B − 1)·batch passes 2⁶³ − 1.
+  EXPECT_TRUE(names(forward_with([](auto& p) {
+    p.batch = 4;
+    kla::set_contiguous_strides(p);
+    p.k_strides.batch = std::int64_t{1} << 62;
+  }), "k_strides"));
+  // The largest representable layout is still taken.
+  EXPECT_TRUE(names(forward_with([](auto& p) {
+    p.batch = 2;
+    kla::set_contiguous_strides(p);
+    p.v_strides.batch = INT64_MAX - p.v_strides.head;
+  }), "q"));
+}
+
+cu::DeltaRuleForwardParams delta_shape(int length) {
+  cu::DeltaRuleForwardParams p;
+  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.length = length, p.key_dim = 128, p.value_dim = 128, p.chunk_size = 64;
+  return p;
+}
+
+TEST(KernelSizeLimits, DeltaRuleRefusesLongerSequencesAndTakesTheLongest) {
+  for (int length : {longest + 1, INT_MAX}) {
+    EXPECT_TRUE(names(rejection([&] { cu::delta_rule_forward(delta_shape(length)); }), "length"));
+    cu::DeltaRuleDecodeParams d;
+    d.dtype = DType::bf16, d.batch = 1, d.heads = 1, d.tokens = length, d.key_dim = 128, d.value_dim = 128;
+    EXPECT_TRUE(names(rejection([&] { cu::delta_rule_decode(d); }), "tokens"));
+  }
+  EXPECT_TRUE(names(rejection([&] { cu::delta_rule_forward(delta_shape(longest)); }), "q"));
+  cu::DeltaRuleDecodeParams d;
+  d.dtype = DType::bf16, d.batch = 1, d.heads = 1, d.tokens = longest, d.key_dim = 128, d.value_dim = 128;
+  EXPECT_TRUE(names(rejection([&] { cu::delta_rule_decode(d); }), "q"));
+}
+
+}  // namespace
