@@ -16,6 +16,7 @@
 
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
+#include "reference/exact_recurrence.hpp"
 #include "reference/gradcheck.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
@@ -89,9 +90,15 @@ Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
 }
 
 // Read–correct–write: e_t = v_t − S_{t-1} k_t,  S_t = S_{t-1} + β_t e_t k_tᵀ,  o_t = S_t q_t
-template <class Scalar>
+// (over ℚ by default on integers, exact_recurrence.hpp: the same values)
+template <class Scalar, class Evaluation = OnIntegers>
 Forward<Scalar> token_recurrence_read_correct_write(const Inputs<Scalar>& in) {
   in.validate();
+  if constexpr (is_exact_v<Scalar> && Evaluation::on_integers) {
+    Forward<Scalar> out;
+    exact::run({in.q, in.k, in.v, &in.beta, nullptr, true, in.initial_state}, out.output, out.final_state);
+    return out;
+  }
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   Forward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());

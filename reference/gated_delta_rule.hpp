@@ -105,9 +105,15 @@ Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
 }
 
 // Read–correct–write on the decayed state: S̃ = α_t S_{t-1},  e_t = v_t − S̃ k_t,  S_t = S̃ + β_t e_t k_tᵀ
-template <class Scalar>
+// (over ℚ by default on integers, exact_recurrence.hpp: the same values)
+template <class Scalar, class Evaluation = OnIntegers>
 Forward<Scalar> token_recurrence_read_correct_write(const Inputs<Scalar>& in) {
   in.validate();
+  if constexpr (is_exact_v<Scalar> && Evaluation::on_integers) {
+    Forward<Scalar> out;
+    exact::run({in.q, in.k, in.v, &in.beta, &in.alpha, true, in.initial_state}, out.output, out.final_state);
+    return out;
+  }
   Matrix<Scalar> state = in.initial_state_or_zero();
   Forward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());

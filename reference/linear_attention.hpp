@@ -9,6 +9,7 @@
 
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
+#include "reference/exact_recurrence.hpp"
 #include "reference/gradcheck.hpp"
 #include "reference/scalar.hpp"
 
@@ -91,10 +92,15 @@ Forward<Scalar> parallel_masked(const Inputs<Scalar>& in) {
   return out;
 }
 
-// S_t = S_{t-1} + v_t k_tᵀ,   o_t = S_t q_t
-template <class Scalar>
+// S_t = S_{t-1} + v_t k_tᵀ,   o_t = S_t q_t   (over ℚ by default on integers, exact_recurrence.hpp)
+template <class Scalar, class Evaluation = OnIntegers>
 Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
   in.validate();
+  if constexpr (is_exact_v<Scalar> && Evaluation::on_integers) {
+    Forward<Scalar> out;
+    exact::run({in.q, in.k, in.v, nullptr, nullptr, false, in.initial_state}, out.output, out.final_state);
+    return out;
+  }
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   Forward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());

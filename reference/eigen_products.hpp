@@ -1,0 +1,212 @@
+// Eigen's dense matrix products (GEMM and GEMV) for the oracle's Boost scalars, without temporaries.
+//
+// Eigen multiplies a custom scalar type one multiply-add at a time through value-returning
+// operators, so every term of every dot product allocates a fresh number (and, for GMP's mpq,
+// reduces it by a gcd). These specializations of Eigen's product kernels keep the oracle's
+// code as written (`q * k.transpose()`) and compute the same products differently:
+//
+//   Exact:  Σ_k a_ik b_kj = (Σ_k A_ik B_kj) / (α_i β_j) with A_i· = α_i a_i· and B_·j = β_j b_·j
+//           integers over the common denominators α_i of row i and β_j of column j: the sum is
+//           one integer dot product (mpz_addmul, no gcd), reduced once. Equal in ℚ, so the
+//           result is the same canonical rational as before, bit for bit.
+//   High:   acc ← a_ik b_kj + acc in place (mpfr_fma, one rounding per term, k in order), then
+//           res += alpha·acc: as accurate as Eigen's loop or more, without a temporary per term.
+//
+// Eigen chooses the coefficient-wise product for tiny shapes (rows + cols + depth < 20); those
+// keep Eigen's loop. Included from scalar.hpp, right after the types, so that every product
+// over Exact or High in a translation unit sees these specializations.
+#pragma once
+
+#include <Eigen/Dense>
+#include <boost/multiprecision/gmp.hpp>
+#include <boost/multiprecision/mpfr.hpp>
+
+#include <vector>
+
+namespace deltaproof::ref::products {
+
+namespace mp = boost::multiprecision;
+using Integer = mp::number<mp::gmp_int, mp::et_off>;
+
+// x_k = numerators[k] / denominator for the entries of one row or column (denominator > 0).
+class CommonDenominator {
+ public:
+  // entry(k) returns a const reference to the k-th rational (an mpq number).
+  template <class Entry>
+  void assign(Eigen::Index count, Entry&& entry) {
+    numerators_.resize(static_cast<size_t>(count));
+    mpz_set_ui(denominator_.backend().data(), 1);
+    for (Eigen::Index k = 0; k < count; ++k) {
+      const mpz_srcptr den = mpq_denref(entry(k).backend().data());
+      if (mpz_cmp_ui(den, 1) != 0) mpz_lcm(denominator_.backend().data(), denominator_.backend().data(), den);
+    }
+    for (Eigen::Index k = 0; k < count; ++k) {
+      const mpq_srcptr x = entry(k).backend().data();
+      const mpz_ptr n = numerators_[static_cast<size_t>(k)].backend().data();
+      if (mpq_sgn(x) == 0) {
+        mpz_set_ui(n, 0);
+        continue;
+      }
+      mpz_divexact(factor_.backend().data(), denominator_.backend().data(), mpq_denref(x));  // α / den(x_k)
+      const mpz_srcptr f = factor_.backend().data();
+      const mp_bitcnt_t low_bit = mpz_scan1(f, 0);
+      if (mpz_sizeinbase(f, 2) == low_bit + 1) mpz_mul_2exp(n, mpq_numref(x), low_bit);  // a power of two: a shift
+      else mpz_mul(n, mpq_numref(x), f);
+    }
+  }
+  mpz_srcptr numerator(Eigen::Index k) const { return numerators_[static_cast<size_t>(k)].backend().data(); }
+  mpz_srcptr denominator() const { return denominator_.backend().data(); }
+
+ private:
+  std::vector<Integer> numerators_;
+  Integer denominator_, factor_;
+};
+
+// out ← Σ_k a_k b_k / (den_a den_b), canonical.
+inline void exact_dot(mpq_ptr out, const CommonDenominator& a, const CommonDenominator& b, Eigen::Index depth,
+                      mpz_ptr sum) {
+  mpz_set_ui(sum, 0);
+  for (Eigen::Index k = 0; k < depth; ++k) {
+    const mpz_srcptr x = a.numerator(k), y = b.numerator(k);
+    if (mpz_sgn(x) != 0 && mpz_sgn(y) != 0) mpz_addmul(sum, x, y);
+  }
+  mpz_swap(mpq_numref(out), sum);
+  mpz_mul(mpq_denref(out), a.denominator(), b.denominator());
+  mpq_canonicalize(out);
+}
+
+// res += alpha · term (term is consumed).
+inline void exact_accumulate(mpq_ptr res, mpq_ptr term, mpq_srcptr alpha) {
+  if (mpq_sgn(term) == 0) return;
+  if (mpz_cmp_ui(mpq_numref(alpha), 1) != 0 || mpz_cmp_ui(mpq_denref(alpha), 1) != 0) mpq_mul(term, term, alpha);
+  if (mpq_sgn(res) == 0) mpq_swap(res, term);
+  else mpq_add(res, res, term);
+}
+
+// res(i, j) += alpha Σ_k lhs(i, k) rhs(k, j)
+template <bool /*LhsRowMajor*/, class Rational, class LhsMapper, class RhsMapper, class ResMapper>
+void exact_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, const LhsMapper& lhs, const RhsMapper& rhs,
+                const ResMapper& res, const Rational& alpha) {
+  if (rows == 0 || cols == 0 || depth == 0 || alpha == 0) return;
+  std::vector<CommonDenominator> lhs_rows(static_cast<size_t>(rows));
+  for (Eigen::Index i = 0; i < rows; ++i)
+    lhs_rows[static_cast<size_t>(i)].assign(depth, [&](Eigen::Index k) -> const Rational& { return lhs(i, k); });
+  CommonDenominator column;
+  Rational term;
+  Integer sum;
+  for (Eigen::Index j = 0; j < cols; ++j) {
+    column.assign(depth, [&](Eigen::Index k) -> const Rational& { return rhs(k, j); });
+    for (Eigen::Index i = 0; i < rows; ++i) {
+      exact_dot(term.backend().data(), lhs_rows[static_cast<size_t>(i)], column, depth, sum.backend().data());
+      exact_accumulate(res(i, j).backend().data(), term.backend().data(), alpha.backend().data());
+    }
+  }
+}
+
+// res[i·incr] += alpha Σ_j lhs(i, j) rhs(j)
+template <class Rational, class LhsMapper, class RhsMapper>
+void exact_gemv(Eigen::Index rows, Eigen::Index cols, const LhsMapper& lhs, const RhsMapper& rhs, Rational* res,
+                Eigen::Index incr, const Rational& alpha) {
+  if (rows == 0 || cols == 0 || alpha == 0) return;
+  CommonDenominator vector, row;
+  vector.assign(cols, [&](Eigen::Index j) -> const Rational& { return rhs(j, 0); });
+  Rational term;
+  Integer sum;
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    row.assign(cols, [&](Eigen::Index j) -> const Rational& { return lhs(i, j); });
+    exact_dot(term.backend().data(), row, vector, cols, sum.backend().data());
+    exact_accumulate(res[i * incr].backend().data(), term.backend().data(), alpha.backend().data());
+  }
+}
+
+// acc ← a·b + acc. A zero a times a finite b adds an exact zero: skipped (masked and triangular
+// factors, the scores and T of the chunkwise forms, are half zeros).
+template <class Float>
+void high_multiply_add(Float& acc, const Float& a, const Float& b) {
+  if (mpfr_zero_p(a.backend().data()) && mpfr_number_p(b.backend().data())) return;
+  mpfr_fma(acc.backend().data(), a.backend().data(), b.backend().data(), acc.backend().data(), MPFR_RNDN);
+}
+
+// res += alpha · acc, in place.
+template <class Float>
+void high_accumulate(Float& res, const Float& acc, const Float& alpha) {
+  if (alpha == 1) mpfr_add(res.backend().data(), res.backend().data(), acc.backend().data(), MPFR_RNDN);
+  else mpfr_fma(res.backend().data(), alpha.backend().data(), acc.backend().data(), res.backend().data(), MPFR_RNDN);
+}
+
+// res(i, j) += alpha Σ_k lhs(i, k) rhs(k, j), each sum in k order. A column-major lhs is walked
+// down its columns (one accumulator per row), a row-major one along its rows: memory in order.
+template <bool LhsRowMajor, class Float, class LhsMapper, class RhsMapper, class ResMapper>
+void high_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, const LhsMapper& lhs, const RhsMapper& rhs,
+               const ResMapper& res, const Float& alpha) {
+  if constexpr (LhsRowMajor) {
+    Float acc;
+    for (Eigen::Index j = 0; j < cols; ++j)
+      for (Eigen::Index i = 0; i < rows; ++i) {
+        mpfr_set_zero(acc.backend().data(), 1);
+        for (Eigen::Index k = 0; k < depth; ++k) high_multiply_add(acc, lhs(i, k), rhs(k, j));
+        high_accumulate(res(i, j), acc, alpha);
+      }
+  } else {
+    std::vector<Float> acc(static_cast<size_t>(rows));
+    for (Eigen::Index j = 0; j < cols; ++j) {
+      for (Float& a : acc) mpfr_set_zero(a.backend().data(), 1);
+      for (Eigen::Index k = 0; k < depth; ++k) {
+        const Float& b = rhs(k, j);
+        for (Eigen::Index i = 0; i < rows; ++i) high_multiply_add(acc[static_cast<size_t>(i)], lhs(i, k), b);
+      }
+      for (Eigen::Index i = 0; i < rows; ++i) high_accumulate(res(i, j), acc[static_cast<size_t>(i)], alpha);
+    }
+  }
+}
+
+template <class Float, class LhsMapper, class RhsMapper>
+void high_gemv(Eigen::Index rows, Eigen::Index cols, const LhsMapper& lhs, const RhsMapper& rhs, Float* res,
+               Eigen::Index incr, const Float& alpha) {
+  Float acc;
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    mpfr_set_zero(acc.backend().data(), 1);
+    for (Eigen::Index j = 0; j < cols; ++j) high_multiply_add(acc, lhs(i, j), rhs(j, 0));
+    high_accumulate(res[i * incr], acc, alpha);
+  }
+}
+
+}  // namespace deltaproof::ref::products
+
+// The specializations, one pair (GEMM, GEMV) per scalar type. A row-major destination is
+// transposed by Eigen into this column-major case; both GEMV storage orders are covered.
+#define DELTAPROOF_EIGEN_PRODUCTS(SCALAR, GEMM, GEMV)                                                              \
+  namespace Eigen::internal {                                                                                      \
+  template <typename Index, int LhsStorageOrder, bool ConjugateLhs, int RhsStorageOrder, bool ConjugateRhs,        \
+            int ResInnerStride>                                                                                    \
+  struct general_matrix_matrix_product<Index, SCALAR, LhsStorageOrder, ConjugateLhs, SCALAR, RhsStorageOrder,      \
+                                       ConjugateRhs, ColMajor, ResInnerStride> {                                   \
+    typedef gebp_traits<SCALAR, SCALAR> Traits; /* gemm_functor names it */                                        \
+    static void run(Index rows, Index cols, Index depth, const SCALAR* lhs, Index lhsStride, const SCALAR* rhs,    \
+                    Index rhsStride, SCALAR* res, Index resIncr, Index resStride, SCALAR alpha,                    \
+                    level3_blocking<SCALAR, SCALAR>& /*blocking*/, GemmParallelInfo<Index>* /*info*/ = 0) {        \
+      const const_blas_data_mapper<SCALAR, Index, LhsStorageOrder> l(lhs, lhsStride);                              \
+      const const_blas_data_mapper<SCALAR, Index, RhsStorageOrder> r(rhs, rhsStride);                              \
+      const blas_data_mapper<SCALAR, Index, ColMajor, Unaligned, ResInnerStride> out(res, resStride, resIncr);     \
+      deltaproof::ref::products::GEMM<LhsStorageOrder == RowMajor>(rows, cols, depth, l, r, out, alpha);                                     \
+    }                                                                                                              \
+  };                                                                                                               \
+  template <typename Index, typename LhsMapper, bool ConjugateLhs, typename RhsMapper, bool ConjugateRhs,          \
+            int Version>                                                                                           \
+  struct general_matrix_vector_product<Index, SCALAR, LhsMapper, ColMajor, ConjugateLhs, SCALAR, RhsMapper,        \
+                                       ConjugateRhs, Version> {                                                    \
+    static void run(Index rows, Index cols, const LhsMapper& lhs, const RhsMapper& rhs, SCALAR* res,               \
+                    Index resIncr, SCALAR alpha) {                                                                 \
+      deltaproof::ref::products::GEMV(rows, cols, lhs, rhs, res, resIncr, alpha);                                  \
+    }                                                                                                              \
+  };                                                                                                               \
+  template <typename Index, typename LhsMapper, bool ConjugateLhs, typename RhsMapper, bool ConjugateRhs,          \
+            int Version>                                                                                           \
+  struct general_matrix_vector_product<Index, SCALAR, LhsMapper, RowMajor, ConjugateLhs, SCALAR, RhsMapper,        \
+                                       ConjugateRhs, Version> {                                                    \
+    static void run(Index rows, Index cols, const LhsMapper& lhs, const RhsMapper& rhs, SCALAR* res,               \
+                    Index resIncr, SCALAR alpha) {                                                                 \
+      deltaproof::ref::products::GEMV(rows, cols, lhs, rhs, res, resIncr, alpha);                                  \
+    }                                                                                                              \
+  };                                                                                                               \
+  }
