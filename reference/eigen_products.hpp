@@ -21,6 +21,8 @@
 #include <boost/multiprecision/gmp.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 
+#include "reference/parallel.hpp"
+
 #include <vector>
 
 namespace deltaproof::ref::products {
@@ -62,6 +64,14 @@ class CommonDenominator {
   Integer denominator_, factor_;
 };
 
+// f(j_begin, j_end) over ranges of the columns: one range per thread (parallel.hpp) when the
+// product has at least 2^16 multiply-adds, else one range. Each entry is computed the same way.
+template <class F>
+void over_column_ranges(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, F&& f) {
+  const Eigen::Index ranges = rows * cols * depth >= (Eigen::Index(1) << 16) ? std::min<Eigen::Index>(cols, thread_count()) : 1;
+  parallel_for(ranges, [&](Eigen::Index r) { f(r * cols / ranges, (r + 1) * cols / ranges); });
+}
+
 // out ← Σ_k a_k b_k / (den_a den_b), canonical.
 inline void exact_dot(mpq_ptr out, const CommonDenominator& a, const CommonDenominator& b, Eigen::Index depth,
                       mpz_ptr sum) {
@@ -89,18 +99,22 @@ void exact_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, const 
                 const ResMapper& res, const Rational& alpha) {
   if (rows == 0 || cols == 0 || depth == 0 || alpha == 0) return;
   std::vector<CommonDenominator> lhs_rows(static_cast<size_t>(rows));
-  for (Eigen::Index i = 0; i < rows; ++i)
-    lhs_rows[static_cast<size_t>(i)].assign(depth, [&](Eigen::Index k) -> const Rational& { return lhs(i, k); });
-  CommonDenominator column;
-  Rational term;
-  Integer sum;
-  for (Eigen::Index j = 0; j < cols; ++j) {
-    column.assign(depth, [&](Eigen::Index k) -> const Rational& { return rhs(k, j); });
-    for (Eigen::Index i = 0; i < rows; ++i) {
-      exact_dot(term.backend().data(), lhs_rows[static_cast<size_t>(i)], column, depth, sum.backend().data());
-      exact_accumulate(res(i, j).backend().data(), term.backend().data(), alpha.backend().data());
+  over_column_ranges(cols, rows, depth, [&](Eigen::Index begin, Eigen::Index end) {  // rows, split the same way
+    for (Eigen::Index i = begin; i < end; ++i)
+      lhs_rows[static_cast<size_t>(i)].assign(depth, [&](Eigen::Index k) -> const Rational& { return lhs(i, k); });
+  });
+  over_column_ranges(rows, cols, depth, [&](Eigen::Index begin, Eigen::Index end) {
+    CommonDenominator column;
+    Rational term;
+    Integer sum;
+    for (Eigen::Index j = begin; j < end; ++j) {
+      column.assign(depth, [&](Eigen::Index k) -> const Rational& { return rhs(k, j); });
+      for (Eigen::Index i = 0; i < rows; ++i) {
+        exact_dot(term.backend().data(), lhs_rows[static_cast<size_t>(i)], column, depth, sum.backend().data());
+        exact_accumulate(res(i, j).backend().data(), term.backend().data(), alpha.backend().data());
+      }
     }
-  }
+  });
 }
 
 // res[i·incr] += alpha Σ_j lhs(i, j) rhs(j)
@@ -139,25 +153,27 @@ void high_accumulate(Float& res, const Float& acc, const Float& alpha) {
 template <bool LhsRowMajor, class Float, class LhsMapper, class RhsMapper, class ResMapper>
 void high_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, const LhsMapper& lhs, const RhsMapper& rhs,
                const ResMapper& res, const Float& alpha) {
-  if constexpr (LhsRowMajor) {
-    Float acc;
-    for (Eigen::Index j = 0; j < cols; ++j)
-      for (Eigen::Index i = 0; i < rows; ++i) {
-        mpfr_set_zero(acc.backend().data(), 1);
-        for (Eigen::Index k = 0; k < depth; ++k) high_multiply_add(acc, lhs(i, k), rhs(k, j));
-        high_accumulate(res(i, j), acc, alpha);
+  over_column_ranges(rows, cols, depth, [&](Eigen::Index begin, Eigen::Index end) {
+    if constexpr (LhsRowMajor) {
+      Float acc;
+      for (Eigen::Index j = begin; j < end; ++j)
+        for (Eigen::Index i = 0; i < rows; ++i) {
+          mpfr_set_zero(acc.backend().data(), 1);
+          for (Eigen::Index k = 0; k < depth; ++k) high_multiply_add(acc, lhs(i, k), rhs(k, j));
+          high_accumulate(res(i, j), acc, alpha);
+        }
+    } else {
+      std::vector<Float> acc(static_cast<size_t>(rows));
+      for (Eigen::Index j = begin; j < end; ++j) {
+        for (Float& a : acc) mpfr_set_zero(a.backend().data(), 1);
+        for (Eigen::Index k = 0; k < depth; ++k) {
+          const Float& b = rhs(k, j);
+          for (Eigen::Index i = 0; i < rows; ++i) high_multiply_add(acc[static_cast<size_t>(i)], lhs(i, k), b);
+        }
+        for (Eigen::Index i = 0; i < rows; ++i) high_accumulate(res(i, j), acc[static_cast<size_t>(i)], alpha);
       }
-  } else {
-    std::vector<Float> acc(static_cast<size_t>(rows));
-    for (Eigen::Index j = 0; j < cols; ++j) {
-      for (Float& a : acc) mpfr_set_zero(a.backend().data(), 1);
-      for (Eigen::Index k = 0; k < depth; ++k) {
-        const Float& b = rhs(k, j);
-        for (Eigen::Index i = 0; i < rows; ++i) high_multiply_add(acc[static_cast<size_t>(i)], lhs(i, k), b);
-      }
-      for (Eigen::Index i = 0; i < rows; ++i) high_accumulate(res(i, j), acc[static_cast<size_t>(i)], alpha);
     }
-  }
+  });
 }
 
 template <class Float, class LhsMapper, class RhsMapper>

@@ -677,7 +677,7 @@ BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const Bat
   BatchGradients<Scalar> out{{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
                               Tensor4<Scalar>(B, H, L, 1), Tensor4<Scalar>(B, H, DV, DK)},
                              Tensor4<Scalar>(B, H, L, 1)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
     out.dq.set_head(b, h, g.dq);
     out.dk.set_head(b, h, g.dk);

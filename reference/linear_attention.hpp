@@ -368,7 +368,7 @@ BatchForward<Scalar> batched(const BatchInputs<Scalar>& in, Form&& form) {
   require(in.k.batch == B && in.k.heads == H && in.k.rows == L && in.k.cols == DK, "k must be [B, H, L, DK] like q");
   require(in.v.batch == B && in.v.heads == H && in.v.rows == L, "v must be [B, H, L, DV]");
   BatchForward<Scalar> out{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const auto r = form(in.head(b, h));
     out.output.set_head(b, h, r.output);
     out.final_state.set_head(b, h, r.final_state);
@@ -401,7 +401,7 @@ BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const Bat
   const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
   BatchGradients<Scalar> out{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK),
                              Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
     out.dq.set_head(b, h, g.dq);
     out.dk.set_head(b, h, g.dk);

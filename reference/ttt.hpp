@@ -153,21 +153,30 @@ struct GradientAtRunningWeights {
 };
 
 // ∇_W ℓ(W φ, v) by forward-mode differentiation, one weight at a time: no hand-derived formula.
+// Seeding W_rc moves only row r of W φ, so that row alone is evaluated on dual numbers; the other
+// rows enter the loss as constants (zero tangent), as they would in the full dual product.
 template <class Scalar, class Loss>
 Matrix<Scalar> loss_gradient_by_dual(const Matrix<Scalar>& weights, const Vector<Scalar>& features,
                                      const Vector<Scalar>& target) {
   using D = Dual<Scalar>;
   const auto lift = [](const Scalar& x) { return D(x); };
-  Matrix<D> w = weights.unaryExpr(lift);                    // (DV, DF)
+  const Vector<Scalar> f = weights * features;              // (DV)
+  Vector<D> f_dual = f.unaryExpr(lift);                     // (DV)
   const Vector<D> phi = features.unaryExpr(lift);           // (DF)
   const Vector<D> v = target.unaryExpr(lift);               // (DV)
   Matrix<Scalar> grad(weights.rows(), weights.cols());      // (DV, DF)
-  for (Index r = 0; r < w.rows(); ++r)
-    for (Index c = 0; c < w.cols(); ++c) {
-      w(r, c).tangent = Scalar(1);
-      grad(r, c) = Loss::value(Vector<D>(w * phi), v).tangent;
-      w(r, c).tangent = Scalar(0);
+  for (Index r = 0; r < weights.rows(); ++r) {
+    Vector<D> w = weights.row(r).transpose().unaryExpr(lift);  // (DF): row r of W
+    for (Index c = 0; c < w.size(); ++c) {
+      w(c).tangent = Scalar(1);
+      D row(0);
+      for (Index j = 0; j < w.size(); ++j) row += w(j) * phi(j);  // (W φ)_r on dual numbers
+      f_dual(r) = row;
+      grad(r, c) = Loss::value(f_dual, v).tangent;
+      w(c).tangent = Scalar(0);
     }
+    f_dual(r) = D(f(r));
+  }
   return grad;
 }
 
