@@ -62,6 +62,10 @@ struct ProductShape {
   Index rows, depth, cols;
 };
 
+std::ostream& operator<<(std::ostream& os, const ProductShape& s) {
+  return os << "(" << s.rows << " x " << s.depth << ") (" << s.depth << " x " << s.cols << ")";
+}
+
 rc::Gen<ProductShape> gen_product_shape() {
   return rc::gen::map(rc::gen::tuple(rc::gen::inRange<Index>(0, 34), rc::gen::inRange<Index>(0, 34),
                                      rc::gen::inRange<Index>(0, 34)),
@@ -126,6 +130,35 @@ RC_GTEST_PROP(ReferenceArithmetic, HighProductsWithinRoundingOfExact, ()) {
   if (s.cols > 0) {
     const Vector<High> x = hb.col(0);
     require_within("A x in High (GEMV)", Matrix<High>(ha * x), Matrix<Exact>(exact.col(0)), Matrix<Exact>(bound.col(0)));
+  }
+}
+
+// With exponents close together a dot product is summed exactly and rounded once: the product
+// in High is the exact product of its (rounded) factors, rounded to nearest, bit for bit (for the
+// GEMM/GEMV shapes: rows + cols + depth >= 20; below that Eigen's own loop runs). Spread by up to
+// 2^±800, sums take the term-by-term path in part; they stay within the bound.
+RC_GTEST_PROP(ReferenceArithmetic, HighProductsCorrectlyRounded, ()) {
+  const ProductShape s = *rc::gen::suchThat(gen_product_shape(), [](const ProductShape& p) {
+    return p.rows + p.cols + p.depth >= 20;
+  });
+  const bool spread = *rc::gen::arbitrary<bool>();
+  auto draw = [&](Index rows, Index cols) {
+    Matrix<High> m = ref::matrix_cast<High>(gen_rationals(rows, cols));
+    if (spread)
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < cols; ++j) m(i, j) = ldexp(m(i, j), *rc::gen::inRange(-800, 801));
+    return m;
+  };
+  const Matrix<High> a = draw(s.rows, s.depth), b = draw(s.depth, s.cols);
+  const Matrix<Exact> exact = product_as_written<Exact>(ref::matrix_cast<Exact>(a), ref::matrix_cast<Exact>(b));
+  const Matrix<High> got = a * b;
+  if (!spread) {
+    RC_ASSERT(got == ref::matrix_cast<High>(exact));
+  } else {
+    const Exact u = Exact(1) / Exact(boost::multiprecision::pow(boost::multiprecision::mpz_int(2), 333));
+    const Matrix<Exact> magnitude =
+        product_as_written<Exact>(ref::matrix_cast<Exact>(a).cwiseAbs(), ref::matrix_cast<Exact>(b).cwiseAbs());
+    require_within("A B in High, exponents spread", got, exact, Matrix<Exact>(magnitude * (Exact(2 * s.depth + 2) * u)));
   }
 }
 

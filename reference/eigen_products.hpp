@@ -9,8 +9,11 @@
 //           integers over the common denominators α_i of row i and β_j of column j: the sum is
 //           one integer dot product (mpz_addmul, no gcd), reduced once. Equal in ℚ, so the
 //           result is the same canonical rational as before, bit for bit.
-//   High:   acc ← a_ik b_kj + acc in place (mpfr_fma, one rounding per term, k in order), then
-//           res += alpha·acc: as accurate as Eigen's loop or more, without a temporary per term.
+//   High:   Σ_k a_ik b_kj exactly, in fixed point (each product an exact 12-limb integer, all
+//           placed by exponent into one wide accumulator), then rounded once: the correctly
+//           rounded dot product, then res += alpha·dot. Eigen's loop rounds twice per term. Dot
+//           products whose terms spread over more than ~1200 bits of exponent, or meet NaN or
+//           infinity, take mpfr_fma term by term instead (in place, one rounding per term).
 //
 // Eigen chooses the coefficient-wise product for tiny shapes (rows + cols + depth < 20); those
 // keep Eigen's loop. Included from scalar.hpp, right after the types, so that every product
@@ -23,6 +26,7 @@
 
 #include "reference/parallel.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace deltaproof::ref::products {
@@ -133,13 +137,103 @@ void exact_gemv(Eigen::Index rows, Eigen::Index cols, const LhsMapper& lhs, cons
   }
 }
 
-// acc ← a·b + acc. A zero a times a finite b adds an exact zero: skipped (masked and triangular
-// factors, the scores and T of the chunkwise forms, are half zeros).
+// acc ← a·b + acc. A zero a times a finite b adds an exact zero: skipped.
 template <class Float>
 void high_multiply_add(Float& acc, const Float& a, const Float& b) {
   if (mpfr_zero_p(a.backend().data()) && mpfr_number_p(b.backend().data())) return;
   mpfr_fma(acc.backend().data(), a.backend().data(), b.backend().data(), acc.backend().data(), MPFR_RNDN);
 }
+
+// A High number taken apart: value = sign · M · 2^(exponent − 64 n), M an n-limb integer (n = 6
+// for 334 bits), or zero. Copied once per row or column of a product, so that dot products read
+// contiguous memory.
+struct Unpacked {
+  static constexpr int max_limbs = 6;  // High's 334 bits
+  mpfr_exp_t exponent = 0;
+  bool zero = true, negative = false, special = false;  // special: NaN, infinity, or wider than max_limbs
+  mp_limb_t limbs[max_limbs];
+};
+
+// Exact dot products in fixed point. The products of one dot product are exact 2n-limb integers;
+// placed by exponent into one wide integer accumulator (kLimbs limbs, the largest product at the
+// top), their sum is exact, and a single rounding (mpfr_set_z_2exp) gives the correctly rounded
+// dot product. Where the exponents of the products spread further than the accumulator holds
+// (more than 64·(kLimbs − 1) − 128 n bits), or a factor is NaN or infinite, the dot product is
+// done with mpfr_fma instead.
+template <class Float>
+class HighDot {
+ public:
+  static constexpr int kLimbs = 32;
+
+  HighDot() { n_ = static_cast<int>(mpfr_custom_get_size(mpfr_get_prec(Float().backend().data())) / sizeof(mp_limb_t)); }
+
+  static void unpack(const Float& x, Unpacked& out) {
+    const mpfr_srcptr p = x.backend().data();
+    const int n = static_cast<int>(mpfr_custom_get_size(mpfr_get_prec(p)) / sizeof(mp_limb_t));
+    out.special = !mpfr_number_p(p) || n > Unpacked::max_limbs;
+    out.zero = mpfr_zero_p(p);
+    if (out.special || out.zero) return;
+    out.negative = mpfr_signbit(p);
+    out.exponent = mpfr_get_exp(p);
+    const auto* m = static_cast<const mp_limb_t*>(mpfr_custom_get_significand(p));
+    for (int i = 0; i < n; ++i) out.limbs[i] = m[i];
+  }
+
+  // out ← Σ_k a[k] b[k·b_stride] (a, b unpacked), correctly rounded; false where the fixed-point
+  // sum does not apply (the caller then uses mpfr_fma).
+  bool dot(Float& out, const Unpacked* a, const Unpacked* b, Eigen::Index depth, Eigen::Index b_stride) {
+    bool any = false;
+    mpfr_exp_t top = 0;
+    for (Eigen::Index k = 0; k < depth; ++k) {
+      const Unpacked &x = a[k], &y = b[k * b_stride];
+      if (x.special || y.special) return false;
+      if (x.zero || y.zero) continue;
+      const mpfr_exp_t e = x.exponent + y.exponent;
+      top = any ? std::max(top, e) : e;
+      any = true;
+    }
+    mpfr_ptr r = out.backend().data();
+    if (!any) {
+      mpfr_set_zero(r, 1);
+      return true;
+    }
+    const int n = n_, product_limbs = 2 * n;
+    // accumulator unit 2^base; the largest product's top bit just under limb kLimbs − 1
+    const mpfr_exp_t base = top - 64 * (kLimbs - 1);
+    std::fill(positive_, positive_ + kLimbs, 0);
+    std::fill(negative_, negative_ + kLimbs, 0);
+    for (Eigen::Index k = 0; k < depth; ++k) {
+      const Unpacked &x = a[k], &y = b[k * b_stride];
+      if (x.zero || y.zero) continue;
+      const mpfr_exp_t shift = x.exponent + y.exponent - 128 * n - base;  // product = P · 2^(base + shift)
+      if (shift < 0) return false;  // the exponents spread too far for the accumulator
+      mpn_mul_n(product_, x.limbs, y.limbs, n);
+      const mpfr_exp_t limb = shift / 64;
+      const unsigned bit = static_cast<unsigned>(shift % 64);
+      product_[product_limbs] = bit ? mpn_lshift(product_, product_, product_limbs, bit) : 0;
+      mp_limb_t* acc = (x.negative != y.negative ? negative_ : positive_) + limb;
+      const mp_size_t span = kLimbs - limb;  // >= product_limbs + 1 by the choice of base
+      mpn_add(acc, acc, span, product_, product_limbs + 1);
+    }
+    bool negative = false;
+    if (mpn_cmp(positive_, negative_, kLimbs) >= 0) {
+      mpn_sub_n(positive_, positive_, negative_, kLimbs);
+    } else {
+      mpn_sub_n(positive_, negative_, positive_, kLimbs);
+      negative = true;
+    }
+    mp_size_t size = kLimbs;
+    while (size > 0 && positive_[size - 1] == 0) --size;
+    mpz_t sum;
+    mpz_roinit_n(sum, positive_, negative ? -size : size);
+    mpfr_set_z_2exp(r, sum, base, MPFR_RNDN);
+    return true;
+  }
+
+ private:
+  int n_;
+  mp_limb_t positive_[kLimbs], negative_[kLimbs], product_[2 * Unpacked::max_limbs + 1];
+};
 
 // res += alpha · acc, in place.
 template <class Float>
@@ -148,41 +242,44 @@ void high_accumulate(Float& res, const Float& acc, const Float& alpha) {
   else mpfr_fma(res.backend().data(), alpha.backend().data(), acc.backend().data(), res.backend().data(), MPFR_RNDN);
 }
 
-// res(i, j) += alpha Σ_k lhs(i, k) rhs(k, j), each sum in k order. A column-major lhs is walked
-// down its columns (one accumulator per row), a row-major one along its rows: memory in order.
-template <bool LhsRowMajor, class Float, class LhsMapper, class RhsMapper, class ResMapper>
+// res(i, j) += alpha Σ_k lhs(i, k) rhs(k, j): each row of lhs and column of rhs unpacked once.
+template <bool /*LhsRowMajor*/, class Float, class LhsMapper, class RhsMapper, class ResMapper>
 void high_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, const LhsMapper& lhs, const RhsMapper& rhs,
                const ResMapper& res, const Float& alpha) {
+  if (rows == 0 || cols == 0 || depth == 0) return;
+  std::vector<Unpacked> a(static_cast<size_t>(rows * depth)), b(static_cast<size_t>(depth * cols));
+  for (Eigen::Index i = 0; i < rows; ++i)
+    for (Eigen::Index k = 0; k < depth; ++k) HighDot<Float>::unpack(lhs(i, k), a[static_cast<size_t>(i * depth + k)]);
+  for (Eigen::Index j = 0; j < cols; ++j)
+    for (Eigen::Index k = 0; k < depth; ++k) HighDot<Float>::unpack(rhs(k, j), b[static_cast<size_t>(j * depth + k)]);
   over_column_ranges(rows, cols, depth, [&](Eigen::Index begin, Eigen::Index end) {
-    if constexpr (LhsRowMajor) {
-      Float acc;
-      for (Eigen::Index j = begin; j < end; ++j)
-        for (Eigen::Index i = 0; i < rows; ++i) {
+    HighDot<Float> dot;
+    Float acc;
+    for (Eigen::Index j = begin; j < end; ++j)
+      for (Eigen::Index i = 0; i < rows; ++i) {
+        if (!dot.dot(acc, &a[static_cast<size_t>(i * depth)], &b[static_cast<size_t>(j * depth)], depth, 1)) {
           mpfr_set_zero(acc.backend().data(), 1);
           for (Eigen::Index k = 0; k < depth; ++k) high_multiply_add(acc, lhs(i, k), rhs(k, j));
-          high_accumulate(res(i, j), acc, alpha);
         }
-    } else {
-      std::vector<Float> acc(static_cast<size_t>(rows));
-      for (Eigen::Index j = begin; j < end; ++j) {
-        for (Float& a : acc) mpfr_set_zero(a.backend().data(), 1);
-        for (Eigen::Index k = 0; k < depth; ++k) {
-          const Float& b = rhs(k, j);
-          for (Eigen::Index i = 0; i < rows; ++i) high_multiply_add(acc[static_cast<size_t>(i)], lhs(i, k), b);
-        }
-        for (Eigen::Index i = 0; i < rows; ++i) high_accumulate(res(i, j), acc[static_cast<size_t>(i)], alpha);
+        high_accumulate(res(i, j), acc, alpha);
       }
-    }
   });
 }
 
 template <class Float, class LhsMapper, class RhsMapper>
 void high_gemv(Eigen::Index rows, Eigen::Index cols, const LhsMapper& lhs, const RhsMapper& rhs, Float* res,
                Eigen::Index incr, const Float& alpha) {
+  if (rows == 0 || cols == 0) return;
+  std::vector<Unpacked> row(static_cast<size_t>(cols)), x(static_cast<size_t>(cols));
+  for (Eigen::Index j = 0; j < cols; ++j) HighDot<Float>::unpack(rhs(j, 0), x[static_cast<size_t>(j)]);
+  HighDot<Float> dot;
   Float acc;
   for (Eigen::Index i = 0; i < rows; ++i) {
-    mpfr_set_zero(acc.backend().data(), 1);
-    for (Eigen::Index j = 0; j < cols; ++j) high_multiply_add(acc, lhs(i, j), rhs(j, 0));
+    for (Eigen::Index j = 0; j < cols; ++j) HighDot<Float>::unpack(lhs(i, j), row[static_cast<size_t>(j)]);
+    if (!dot.dot(acc, row.data(), x.data(), cols, 1)) {
+      mpfr_set_zero(acc.backend().data(), 1);
+      for (Eigen::Index j = 0; j < cols; ++j) high_multiply_add(acc, lhs(i, j), rhs(j, 0));
+    }
     high_accumulate(res[i * incr], acc, alpha);
   }
 }
