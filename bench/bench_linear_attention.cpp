@@ -14,6 +14,7 @@ namespace {
 
 namespace la = deltaproof::ref::linear_attention;
 using deltaproof::ref::Exact;
+using deltaproof::ref::High;
 using deltaproof::ref::Index;
 
 double model_flops(Index L, Index C, Index DK, Index DV) {
@@ -80,11 +81,19 @@ BENCHMARK(BM_Chunkwise<double>)->ArgNames({"L", "C", "D"})->ArgsProduct({{4096},
 BENCHMARK(BM_ChunkwiseBackward<double>)
     ->ArgNames({"L", "C", "D"})->ArgsProduct({{4096}, chunk_sizes, {64}})->Unit(benchmark::kMillisecond);
 
-// The cost of exactness: the same forms over ℚ at L = 256, D = 16.
+// The cost of exactness: the same forms in High (100-digit MPFR) and over ℚ at L = 256, D = 16.
+BENCHMARK(BM_Parallel<High>)->ArgNames({"L", "D"})->Args({256, 16})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Recurrent<High>)->ArgNames({"L", "D"})->Args({256, 16})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Chunkwise<High>)->ArgNames({"L", "C", "D"})->Args({256, 16, 16})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ChunkwiseBackward<High>)->ArgNames({"L", "C", "D"})->Args({256, 16, 16})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Parallel<Exact>)->ArgNames({"L", "D"})->Args({256, 16})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Recurrent<Exact>)->ArgNames({"L", "D"})->Args({256, 16})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Chunkwise<Exact>)->ArgNames({"L", "C", "D"})->Args({256, 16, 16})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ChunkwiseBackward<Exact>)->ArgNames({"L", "C", "D"})->Args({256, 16, 16})->Unit(benchmark::kMillisecond);
+
+// The exact oracle of `deltaproof verify --L 1000 --dk 64 --dv 64` (any --scalar): the parallel
+// form and its backward over ℚ at about that size.
+BENCHMARK(BM_Parallel<Exact>)->ArgNames({"L", "D"})->Args({1024, 64})->Unit(benchmark::kSecond)->Iterations(1);
 
 }  // namespace
 

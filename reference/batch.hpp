@@ -4,6 +4,7 @@
 // over the B·H heads. This header is the one place that knows the memory layout.
 #pragma once
 
+#include "reference/parallel.hpp"
 #include "reference/scalar.hpp"
 
 #include <stdexcept>
@@ -58,6 +59,13 @@ template <class F>
 void for_each_head(Index batch, Index heads, F&& f) {
   for (Index b = 0; b < batch; ++b)
     for (Index h = 0; h < heads; ++h) f(b, h);
+}
+
+// Calls f(b, h) for every head, heads spread over the cores (parallel.hpp): f must touch only
+// what belongs to its head (the batched forms read one head and write its slab of the outputs).
+template <class F>
+void for_each_head_in_parallel(Index batch, Index heads, F&& f) {
+  parallel_for(batch * heads, [&](Index i) { f(i / heads, i % heads); });
 }
 
 }  // namespace deltaproof::ref

@@ -16,6 +16,7 @@
 
 #include "reference/batch.hpp"
 #include "reference/chunking.hpp"
+#include "reference/exact_recurrence.hpp"
 #include "reference/gradcheck.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
@@ -89,9 +90,15 @@ Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
 }
 
 // Read–correct–write: e_t = v_t − S_{t-1} k_t,  S_t = S_{t-1} + β_t e_t k_tᵀ,  o_t = S_t q_t
-template <class Scalar>
+// (over ℚ by default on integers, exact_recurrence.hpp: the same values)
+template <class Scalar, class Evaluation = OnIntegers>
 Forward<Scalar> token_recurrence_read_correct_write(const Inputs<Scalar>& in) {
   in.validate();
+  if constexpr (is_exact_v<Scalar> && Evaluation::on_integers) {
+    Forward<Scalar> out;
+    exact::run({in.q, in.k, in.v, &in.beta, nullptr, true, in.initial_state}, out.output, out.final_state);
+    return out;
+  }
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   Forward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());
@@ -607,7 +614,7 @@ BatchForward<Scalar> batched(const BatchIn& in, Form&& form) {
   require(in.v.batch == B && in.v.heads == H && in.v.rows == L, "v must be [B, H, L, DV]");
   require(in.beta.batch == B && in.beta.heads == H && in.beta.rows == L && in.beta.cols == 1, "beta must be [B, H, L, 1]");
   BatchForward<Scalar> out{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const auto r = form(in.head(b, h));
     out.output.set_head(b, h, r.output);
     out.final_state.set_head(b, h, r.final_state);
@@ -645,7 +652,7 @@ BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const Bat
   const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
   BatchGradients<Scalar> out{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
                              Tensor4<Scalar>(B, H, L, 1), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
     out.dq.set_head(b, h, g.dq);
     out.dk.set_head(b, h, g.dk);

@@ -2,7 +2,7 @@
 //
 // Evaluating a form on x + ε·u gives f(x) + ε·(∇f(x)·u), so with Dual<Exact> the directional
 // derivative of any rational form comes out exactly. It is also a deliberately plain scalar
-// (no conversion from double, no comparisons, no sqrt): a form that compiles and runs with it
+// (no conversion from double, no comparisons of its own, no sqrt): a form that compiles and runs with it
 // is generic on purpose, not by accident (the idea of Eigen's AnnoyingScalar).
 #pragma once
 
@@ -21,8 +21,12 @@ struct Dual {
 
   Dual& operator+=(const Dual& o) { value += o.value, tangent += o.tangent; return *this; }
   Dual& operator-=(const Dual& o) { value -= o.value, tangent -= o.tangent; return *this; }
+  // Zero tangents (constants, unseeded weights) are skipped: they would only add exact zeros.
   Dual& operator*=(const Dual& o) {
-    tangent = tangent * o.value + value * o.tangent;
+    const bool constant = tangent == Scalar(0), other_constant = o.tangent == Scalar(0);
+    if (constant && !other_constant) tangent = value * o.tangent;
+    else if (!constant && other_constant) tangent *= o.value;
+    else if (!constant) tangent = tangent * o.value + value * o.tangent;
     value *= o.value;
     return *this;
   }

@@ -105,9 +105,15 @@ Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
 }
 
 // Read–correct–write on the decayed state: S̃ = α_t S_{t-1},  e_t = v_t − S̃ k_t,  S_t = S̃ + β_t e_t k_tᵀ
-template <class Scalar>
+// (over ℚ by default on integers, exact_recurrence.hpp: the same values)
+template <class Scalar, class Evaluation = OnIntegers>
 Forward<Scalar> token_recurrence_read_correct_write(const Inputs<Scalar>& in) {
   in.validate();
+  if constexpr (is_exact_v<Scalar> && Evaluation::on_integers) {
+    Forward<Scalar> out;
+    exact::run({in.q, in.k, in.v, &in.beta, &in.alpha, true, in.initial_state}, out.output, out.final_state);
+    return out;
+  }
   Matrix<Scalar> state = in.initial_state_or_zero();
   Forward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());
@@ -671,7 +677,7 @@ BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const Bat
   BatchGradients<Scalar> out{{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
                               Tensor4<Scalar>(B, H, L, 1), Tensor4<Scalar>(B, H, DV, DK)},
                              Tensor4<Scalar>(B, H, L, 1)};
-  for_each_head(B, H, [&](Index b, Index h) {
+  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
     const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
     out.dq.set_head(b, h, g.dq);
     out.dk.set_head(b, h, g.dk);

@@ -10,6 +10,8 @@
 #include <boost/multiprecision/gmp.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 
+#include "reference/eigen_products.hpp"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -27,9 +29,20 @@ inline void require(bool ok, const std::string& message) {
 // Exact rationals (GMP mpq): identities are checked with ==.
 using Exact = boost::multiprecision::number<boost::multiprecision::gmp_rational,
                                             boost::multiprecision::et_off>;
-// 100 decimal digits (MPFR): non-rational steps and finite differences.
-using High = boost::multiprecision::number<boost::multiprecision::mpfr_float_backend<100>,
-                                           boost::multiprecision::et_off>;
+// 100 decimal digits (MPFR, 334 bits): non-rational steps and finite differences. The limbs live
+// inside the number (allocate_stack), so a temporary costs no heap allocation; same precision and
+// correctly rounded operations as the heap-allocated mpfr_float_100, hence the same values.
+using High = boost::multiprecision::number<
+    boost::multiprecision::mpfr_float_backend<100, boost::multiprecision::allocate_stack>,
+    boost::multiprecision::et_off>;
+
+}  // namespace deltaproof::ref
+
+// Every product over Exact or High goes through reference/eigen_products.hpp (no temporaries).
+DELTAPROOF_EIGEN_PRODUCTS(deltaproof::ref::Exact, exact_gemm, exact_gemv)
+DELTAPROOF_EIGEN_PRODUCTS(deltaproof::ref::High, high_gemm, high_gemv)
+
+namespace deltaproof::ref {
 
 template <class Scalar>
 using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>;

@@ -153,21 +153,30 @@ struct GradientAtRunningWeights {
 };
 
 // ∇_W ℓ(W φ, v) by forward-mode differentiation, one weight at a time: no hand-derived formula.
+// Seeding W_rc moves only row r of W φ, so that row alone is evaluated on dual numbers; the other
+// rows enter the loss as constants (zero tangent), as they would in the full dual product.
 template <class Scalar, class Loss>
 Matrix<Scalar> loss_gradient_by_dual(const Matrix<Scalar>& weights, const Vector<Scalar>& features,
                                      const Vector<Scalar>& target) {
   using D = Dual<Scalar>;
   const auto lift = [](const Scalar& x) { return D(x); };
-  Matrix<D> w = weights.unaryExpr(lift);                    // (DV, DF)
+  const Vector<Scalar> f = weights * features;              // (DV)
+  Vector<D> f_dual = f.unaryExpr(lift);                     // (DV)
   const Vector<D> phi = features.unaryExpr(lift);           // (DF)
   const Vector<D> v = target.unaryExpr(lift);               // (DV)
   Matrix<Scalar> grad(weights.rows(), weights.cols());      // (DV, DF)
-  for (Index r = 0; r < w.rows(); ++r)
-    for (Index c = 0; c < w.cols(); ++c) {
-      w(r, c).tangent = Scalar(1);
-      grad(r, c) = Loss::value(Vector<D>(w * phi), v).tangent;
-      w(r, c).tangent = Scalar(0);
+  for (Index r = 0; r < weights.rows(); ++r) {
+    Vector<D> w = weights.row(r).transpose().unaryExpr(lift);  // (DF): row r of W
+    for (Index c = 0; c < w.size(); ++c) {
+      w(c).tangent = Scalar(1);
+      D row(0);
+      for (Index j = 0; j < w.size(); ++j) row += w(j) * phi(j);  // (W φ)_r on dual numbers
+      f_dual(r) = row;
+      grad(r, c) = Loss::value(f_dual, v).tangent;
+      w(c).tangent = Scalar(0);
     }
+    f_dual(r) = D(f(r));
+  }
   return grad;
 }
 
@@ -369,11 +378,18 @@ void validate_mlp(const Inputs<Scalar>& in, const MlpWeights<Scalar>& w0, Index 
 
 // Primal: an explicit loop. Per batch with start weights θ_s, for t in order:
 //   θ ← θ − η_t ∇_θ ½‖f_θ(k_t) − v_t‖² |_{θ_s}  (gradient by dual numbers, weight by weight),  o_t = f_θ(q_t).
+// Seeding W1_rc moves only hidden unit r, seeding W2_rc only output r: those are evaluated on dual
+// numbers, the rest of the network enters as constants (zero tangent), as in a full dual pass.
 template <class Scalar, class Policy = Faithful>
 MlpForward<Scalar> mlp_minibatch_primal(const Inputs<Scalar>& in, const MlpWeights<Scalar>& w0, Index batch_size) {
   validate_mlp(in, w0, batch_size);
   using D = Dual<Scalar>;
   const auto lift = [](const Scalar& x) { return D(x); };
+  const auto dual_dot = [](const Vector<D>& a, const Vector<D>& b) {
+    D sum(0);
+    for (Index j = 0; j < a.size(); ++j) sum += a(j) * b(j);
+    return sum;
+  };
   MlpWeights<Scalar> w = w0;
   MlpForward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());
@@ -381,20 +397,33 @@ MlpForward<Scalar> mlp_minibatch_primal(const Inputs<Scalar>& in, const MlpWeigh
     const MlpWeights<Scalar> start = w;
     for (Index t = batch.begin; t < batch.begin + batch.size; ++t) {
       const MlpWeights<Scalar>& at = Policy::gradient_at_batch_start ? start : w;
-      Matrix<D> w1 = at.w1.unaryExpr(lift), w2 = at.w2.unaryExpr(lift);
-      const Vector<D> key = in.k.row(t).transpose().unaryExpr(lift);
-      const Vector<D> target = in.v.row(t).transpose().unaryExpr(lift);
-      const auto partial = [&](D& weight) {
-        weight.tangent = Scalar(1);
-        const Scalar d = SquaredBinding::value(mlp_apply(w1, w2, key), target).tangent;
-        weight.tangent = Scalar(0);
-        return d;
-      };
+      const Matrix<D> w1 = at.w1.unaryExpr(lift), w2 = at.w2.unaryExpr(lift);  // (DH, DK), (DV, DH)
+      const Vector<D> key = in.k.row(t).transpose().unaryExpr(lift);           // (DK)
+      const Vector<D> target = in.v.row(t).transpose().unaryExpr(lift);        // (DV)
+      const Vector<D> z = w1 * key;                                            // (DH), constants
+      const Vector<D> hidden = z.unaryExpr([](const D& s) { return gelu(s); });
+      const Vector<D> f = w2 * hidden;                                         // (DV), constants
       Matrix<Scalar> g1(w1.rows(), w1.cols()), g2(w2.rows(), w2.cols());
-      for (Index r = 0; r < w1.rows(); ++r)
-        for (Index c = 0; c < w1.cols(); ++c) g1(r, c) = partial(w1(r, c));
-      for (Index r = 0; r < w2.rows(); ++r)
-        for (Index c = 0; c < w2.cols(); ++c) g2(r, c) = partial(w2(r, c));
+      for (Index r = 0; r < w1.rows(); ++r) {
+        Vector<D> row = w1.row(r).transpose();  // (DK)
+        for (Index c = 0; c < w1.cols(); ++c) {
+          row(c).tangent = Scalar(1);
+          Vector<D> h = hidden;
+          h(r) = gelu(dual_dot(row, key));  // hidden unit r on dual numbers
+          g1(r, c) = SquaredBinding::value(Vector<D>(w2 * h), target).tangent;
+          row(c).tangent = Scalar(0);
+        }
+      }
+      for (Index r = 0; r < w2.rows(); ++r) {
+        Vector<D> row = w2.row(r).transpose();  // (DH)
+        for (Index c = 0; c < w2.cols(); ++c) {
+          row(c).tangent = Scalar(1);
+          Vector<D> output = f;
+          output(r) = dual_dot(row, hidden);  // output r on dual numbers
+          g2(r, c) = SquaredBinding::value(output, target).tangent;
+          row(c).tangent = Scalar(0);
+        }
+      }
       w.w1 -= in.learning_rate(t) * g1;
       w.w2 -= in.learning_rate(t) * g2;
       out.output.row(t) = mlp_apply(w.w1, w.w2, Vector<Scalar>(in.q.row(t).transpose())).transpose();

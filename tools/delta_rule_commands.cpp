@@ -5,6 +5,7 @@
 #include "reference/gradcheck.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
+#include "tools/progress.hpp"
 #include "tools/report.hpp"
 
 #include <algorithm>
@@ -280,6 +281,8 @@ template <class Scalar>
 int verify_delta_in(const CaseOptions& o) {
   print_header("verify", "DeltaNet", o);
   std::cout << "scalar: " << ref::scalar_name<Scalar>() << "\n\n";
+  Progress progress("deltaproof verify --op delta", 4);
+  progress.step("forward forms");
   ref::RandomDyadic random(o.seed);
   const DeltaCase c = make_delta_case(o, random);
   const auto in = dr::cast<Scalar>(c.inputs);
@@ -299,6 +302,7 @@ int verify_delta_in(const CaseOptions& o) {
   add_rows(forward, "output", names, outputs, exact_fwd.output);
   add_rows(forward, "final state", names, states, exact_fwd.final_state);
 
+  progress.step("backward paths");
   const std::vector<std::string> bnames = {"recurrent", "chunk-fs", "chunk-blocked", "chunk-recursive", "parallel"};
   const std::vector<dr::Gradients<Scalar>> bwd = {
       dr::token_recurrence_backward(in, cot), dr::chunkwise_backward(in, cot, C, {TriangularSolve::forward_substitution, 16}),
@@ -314,6 +318,7 @@ int verify_delta_in(const CaseOptions& o) {
     add_rows(backward, exact_list[g].first, bnames, values, exact_list[g].second);
   }
 
+  progress.step("WY stages over Q");
   StageTable stages;
   delta_stages(stages, c.inputs, C);
   forward.print(std::cout);
@@ -322,6 +327,7 @@ int verify_delta_in(const CaseOptions& o) {
   std::cout << "\n";
   const bool stages_pass = stages.print(std::cout);
   std::cout << "\n";
+  progress.step("conditioning");
   print_conditioning(ref::conditioning<float>(c.inputs, conditioning_chunk_sizes(o)), o);
   return finish(forward.all_pass() && backward.all_pass() && stages_pass, ref::is_exact_v<Scalar>);
 }
@@ -330,6 +336,8 @@ template <class Scalar>
 int verify_gated_in(const CaseOptions& o) {
   print_header("verify", "Gated DeltaNet", o);
   std::cout << "scalar: " << ref::scalar_name<Scalar>() << "\n\n";
+  Progress progress("deltaproof verify --op gated-delta", 5);
+  progress.step("forward forms");
   const GatedCase c = make_gated_case(o);
   const auto in = gd::cast<Scalar>(c.inputs);
   const auto cot = dr::cast<Scalar>(c.cotangents);
@@ -341,6 +349,7 @@ int verify_gated_in(const CaseOptions& o) {
       gd::token_recurrence_read_correct_write(in), gd::token_recurrence(in), gd::affine_scan(in),
       gd::chunkwise(in, C, {TriangularSolve::forward_substitution, 16}), gd::chunkwise(in, C, {TriangularSolve::blocked, 16}),
       gd::chunkwise(in, C, {TriangularSolve::recursive, 4}), gd::parallel_wy(in)};
+  progress.step("log-gate path and scalar gate");
   // The kernels' log-gate path: g = ln α in this precision (High for the exact run).
   using LogScalar = std::conditional_t<ref::is_exact_v<Scalar>, High, Scalar>;
   gd::LogGateInputs<LogScalar> logs{to_scalar<LogScalar>(c.inputs.q), to_scalar<LogScalar>(c.inputs.k), to_scalar<LogScalar>(c.inputs.v),
@@ -388,6 +397,7 @@ int verify_gated_in(const CaseOptions& o) {
            std::vector<Matrix<Scalar>>{gd::additive_token_recurrence(additive).output, gd::additive_chunkwise(additive, C).output}, additive_ref.output);
 
   const std::vector<std::string> bnames = {"recurrent", "chunk-fs", "chunk-blocked", "chunk-recursive", "parallel"};
+  progress.step("backward paths");
   const std::vector<gd::Gradients<Scalar>> bwd = {
       gd::token_recurrence_backward(in, cot), gd::chunkwise_backward(in, cot, C, {TriangularSolve::forward_substitution, 16}),
       gd::chunkwise_backward(in, cot, C, {TriangularSolve::blocked, 16}),
@@ -402,6 +412,7 @@ int verify_gated_in(const CaseOptions& o) {
     add_rows(backward, exact_list[g].first, bnames, values, exact_list[g].second);
   }
 
+  progress.step("WY stages over Q");
   StageTable stages;
   gated_stages(stages, c.inputs, C);
   std::cout << "\n";
@@ -411,6 +422,7 @@ int verify_gated_in(const CaseOptions& o) {
   std::cout << "\n";
   const bool stages_pass = stages.print(std::cout);
   std::cout << "\n";
+  progress.step("conditioning");
   print_conditioning(ref::conditioning<float>(c.inputs, conditioning_chunk_sizes(o)), o);
   return finish(forward.all_pass() && log_pass && additive_table.all_pass() && backward.all_pass() && stages_pass,
                 ref::is_exact_v<Scalar>);
@@ -422,6 +434,8 @@ int verify_gated_in(const CaseOptions& o) {
 template <class Family>
 int gradcheck_family(const CaseOptions& o) {
   constexpr bool gated = std::is_same_v<Family, gd::Inputs<Exact>>;
+  Progress progress(gated ? "deltaproof gradcheck --op gated-delta" : "deltaproof gradcheck --op delta", 3);
+  progress.step("analytic backward");
   Family exact_in;
   dr::Cotangents<Exact> exact_cot;
   if constexpr (gated) {
@@ -462,10 +476,12 @@ int gradcheck_family(const CaseOptions& o) {
     else return dr::params_of(grad, true);
   }();
   const High step(o.step);
+  progress.step("central differences");
   const auto numeric = ref::central_difference_gradient(
       [&](const ref::Params<High>& p) { return dr::pairing(forward(inputs_of(p)), cot); }, params_of(in), step);
   const High tolerance = pow(High(10), -o.digits);
 
+  progress.step("exact checks over Q");
   // Over ℚ: the chunkwise backward == the recurrence backward, and <∇L, u> == the dual derivative.
   const auto exact_grad = [&] {
     if constexpr (gated) return gd::chunkwise_backward(exact_in, exact_cot, chunk);

@@ -4,6 +4,7 @@
 #include "reference/lact.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
+#include "tools/progress.hpp"
 #include "tools/report.hpp"
 
 #include <iostream>
@@ -88,6 +89,8 @@ int verify_lact(const CaseOptions& o) {
   std::cout << "deltaproof verify: LaCT, L=" << L << " C=" << C << " DK=" << o.key_dim << " DV=" << o.value_dim
             << " DH=" << swiglu_hidden_dim << " seed=" << o.seed
             << "\ninputs: q, k, v, weights with entries n/4, |n| <= 8; eta = p/8 in (0, 1]\n\n";
+  Progress progress("deltaproof verify --op lact", 2);
+  progress.step("linear fast weight");
   const Case c = make_case(o, false);
   const lact::Schedule schedules[] = {lact::Schedule::UpdateThenApply, lact::Schedule::ApplyThenUpdate,
                                       lact::Schedule::SingleChunk};
@@ -104,6 +107,7 @@ int verify_lact(const CaseOptions& o) {
       linear.add("output", "LaCT " + lact::to_string(s) + " mu=" + mu.str(), "masked LA", summary, summary.exact_zero());
     }
 
+  progress.step("SwiGLU fast weight");
   ComparisonTable swiglu("SwiGLU fast weight, eta/(DK C) (High)");
   const lact::Inputs<High> high = to_high(c.swiglu);
   {
@@ -183,6 +187,8 @@ int masks_lact(const CaseOptions& o) {
     std::cerr << "deltaproof: --schedule must be update-apply, apply-update or single, got " << o.schedule << "\n";
     return 2;
   }
+  Progress progress("deltaproof masks", 1);
+  progress.step("measured mask");
   const lact::DependencyMask predicted = lact::predicted_dependencies(*schedule, o.length, o.chunk_size, o.window);
   const Case c = make_case(o, true);
   const bool exact = o.fast_weight == "linear" && o.window == 0;

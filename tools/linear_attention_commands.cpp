@@ -3,6 +3,7 @@
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
 #include "tools/linear_attention_case.hpp"
+#include "tools/progress.hpp"
 #include "tools/report.hpp"
 
 #include <iostream>
@@ -52,6 +53,8 @@ template <class Scalar>
 int verify_in(const CaseOptions& o) {
   print_header("verify", o);
   std::cout << "scalar: " << ref::scalar_name<Scalar>() << "\n\n";
+  Progress progress("deltaproof verify --op linear", 3);
+  progress.step("forms in " + ref::scalar_name<Scalar>());
   const ExactCase c = make_linear_attention_case(o);
   const la::Inputs<Scalar> in = la::cast<Scalar>(c.inputs);
   const la::Cotangents<Scalar> cot = la::cast<Scalar>(c.cotangents);
@@ -65,6 +68,7 @@ int verify_in(const CaseOptions& o) {
     fwd.push_back(la::forward(f, in, o.chunk_size));
     bwd.push_back(la::backward(f, in, cot, o.chunk_size));
   }
+  progress.step("exact oracle and magnitudes");
   const auto exact_fwd = la::parallel_masked(c.inputs);
   const auto exact_bwd = la::parallel_masked_backward(c.inputs, c.cotangents);
   const auto mag_fwd = la::forward_magnitude(c.inputs);
@@ -75,6 +79,7 @@ int verify_in(const CaseOptions& o) {
     return out;
   };
 
+  progress.step("comparisons");
   ComparisonTable forward("forward (output o, final state S_L)");
   add_rows(forward, "output", names, pick(fwd, &la::Forward<Scalar>::output), exact_fwd.output, mag_fwd.output, gamma);
   add_rows(forward, "final state", names, pick(fwd, &la::Forward<Scalar>::final_state), exact_fwd.final_state,
@@ -112,10 +117,13 @@ int verify_linear_attention(const CaseOptions& o) {
 int gradcheck_linear_attention(const CaseOptions& o) {
   const la::Form form = o.form == "parallel" ? la::Form::parallel
                         : o.form == "recurrent" ? la::Form::recurrent : la::Form::chunkwise;
+  Progress progress("deltaproof gradcheck --op linear", 2);
+  progress.step("analytic backward");
   const ExactCase c = make_linear_attention_case(o);
   const la::Inputs<High> in = la::cast<High>(c.inputs);
   const auto analytic = la::params_of(la::backward(form, in, la::cast<High>(c.cotangents), o.chunk_size), true);
   const High step(o.step);
+  progress.step("central differences");
   const auto numeric = ref::central_difference_gradient(la::loss_of(form, o.chunk_size, c.cotangents), la::params_of(in), step);
   const High tolerance = pow(High(10), -o.digits);
 

@@ -5,6 +5,7 @@
 #include "reference/random_inputs.hpp"
 #include "reference/ttt.hpp"
 #include "tools/commands.hpp"
+#include "tools/progress.hpp"
 #include "tools/report.hpp"
 
 #include <algorithm>
@@ -78,6 +79,8 @@ int verify_ttt(const CaseOptions& o) {
   const Index L = o.length, DK = o.key_dim, DV = o.value_dim, b = o.chunk_size;
   std::cout << "deltaproof verify: TTT, L=" << L << " b=C=" << b << " DK=" << DK << " DV=" << DV << " seed=" << o.seed
             << "\ninputs: q, k, v, W_0 with entries n/4, |n| <= 8; eta = p/8 in (0, 1]; momentum a = p/4 in (0, 1]\n\n";
+  Progress progress("deltaproof verify --op ttt", 3);
+  progress.step("tokenwise TTT");
   ref::RandomDyadic random(o.seed);
   const ttt::Inputs<Exact> in = make_inputs(random, L, DK, DV, DK);
   const ttt::Inputs<Exact> in_quadratic = make_inputs(random, L, DK, DV, 2 * DK);
@@ -110,6 +113,7 @@ int verify_ttt(const CaseOptions& o) {
     add_exact(tokenwise, "final W", "GD+momentum squared", "LA, momentum mask", gd.final_state, masked.final_state);
   }
 
+  progress.step("mini-batch TTT");
   ComparisonTable minibatch("mini-batch TTT, gradients at the batch's starting weights (exact over Q)");
   const std::string bs = std::to_string(b);
   {
@@ -126,6 +130,7 @@ int verify_ttt(const CaseOptions& o) {
     add_exact(minibatch, "output", "dual b=1", "DeltaNet", one.output, delta.output);
   }
 
+  progress.step("TTT-MLP");
   ComparisonTable mlp("TTT-MLP, f(x) = W2 gelu(W1 x), DH=" + std::to_string(mlp_hidden_dim) + ", b=" + bs + ", eta/(8 DK DV) (High)");
   {
     // η/(8 DK DV): a smaller inner step keeps the two-layer loop from diverging on long cases.

@@ -38,6 +38,14 @@ done
 # the verdict is not constant.
 expect_exit 1 gradcheck --L 5 --C 2 --dk 2 --dv 2 --step 1e-20 --digits 90
 
+# Progress on stderr: none for a short command; with DELTAPROOF_PROGRESS_AFTER=0 every step and the total.
+expect_exit 0 verify --L 9 --C 4 --dk 3 --dv 2
+[ ! -s /tmp/deltaproof_cli_err.$$ ] || fail "a short verify printed progress: $(cat /tmp/deltaproof_cli_err.$$)"
+DELTAPROOF_PROGRESS_AFTER=0 expect_exit 0 verify --L 9 --C 4 --dk 3 --dv 2
+grep -q "^deltaproof verify --op linear: \[1/3\] forms in exact (" /tmp/deltaproof_cli_err.$$ || fail "no progress line for step 1: $(cat /tmp/deltaproof_cli_err.$$)"
+grep -q "^deltaproof verify --op linear: done (" /tmp/deltaproof_cli_err.$$ || fail "no progress total: $(cat /tmp/deltaproof_cli_err.$$)"
+grep -q "all forms agree" /tmp/deltaproof_cli_out.$$ || fail "verify with progress does not report agreement on stdout"
+
 expect_bad_input --L verify --L 0
 expect_bad_input --C verify --C 0
 expect_bad_input --dk verify --dk 257
