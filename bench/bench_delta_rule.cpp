@@ -12,9 +12,13 @@
 // Times: real (wall) time and the process's CPU time (all threads; large products use every core,
 // DELTAPROOF_THREADS=1 for one). FLOP counter: the dense cost model below, multiply-adds as 2.
 #include "reference/delta_rule.hpp"
+#include "reference/parallel.hpp"
 #include "reference/random_inputs.hpp"
 
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 namespace {
 
@@ -116,4 +120,12 @@ BENCHMARK(BM_TriangularSolve)->ArgsProduct({{16, 32, 64, 128}, {0, 1, 2}})->ArgN
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// DELTAPROOF_THREADS=n: the oracle's threads (default: every core).
+int main(int argc, char** argv) {
+  if (const char* threads = std::getenv("DELTAPROOF_THREADS")) deltaproof::ref::set_thread_count(unsigned(std::max(0, std::atoi(threads))));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -80,7 +81,8 @@ def main():
     for cell in executed.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    os.environ["JUPYTER_PATH"] = kernelspec_dir() + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    spec_root = kernelspec_dir()
+    os.environ["JUPYTER_PATH"] = spec_root + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     client = NotebookClient(executed, timeout=args.timeout, kernel_name="deltaproof-python",
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(args.notebook))}})
@@ -90,6 +92,8 @@ def main():
     except CellExecutionError as error:
         print(f"{args.notebook}: a cell failed\n{error}", file=sys.stderr)
         return 1
+    finally:
+        shutil.rmtree(spec_root, ignore_errors=True)
     elapsed = time.monotonic() - start
     print(f"{args.notebook}: executed in {elapsed:.1f} s")
 

@@ -1,6 +1,7 @@
 // Work spread over the machine's cores: the heads of a batch, the columns of a large product.
 //
-// Threads: DELTAPROOF_THREADS if set (>= 1), else the hardware's count. Each index is computed
+// Threads: set_thread_count(n) (a program's choice: the command line's DELTAPROOF_THREADS), else the
+// hardware's count; the library itself reads no environment. Each index is computed
 // exactly as it would be serially (same operations, same order), so results do not depend on the
 // thread count. Inside a worker everything runs serially: no nested pools.
 #pragma once
@@ -8,22 +9,23 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <exception>
 #include <thread>
 #include <vector>
 
 namespace deltaproof::ref {
 
+namespace detail {
+inline std::atomic<unsigned> chosen_threads{0};  // 0: the hardware's count
+}
+
+// n >= 1 threads from now on; 0 returns to the hardware's count.
+inline void set_thread_count(unsigned n) { detail::chosen_threads = n; }
+
 inline unsigned thread_count() {
-  static const unsigned count = [] {
-    if (const char* s = std::getenv("DELTAPROOF_THREADS")) {
-      const int n = std::atoi(s);
-      if (n >= 1) return static_cast<unsigned>(n);
-    }
-    return std::max(1u, std::thread::hardware_concurrency());
-  }();
-  return count;
+  const unsigned n = detail::chosen_threads;
+  return n >= 1 ? n : std::max(1u, std::thread::hardware_concurrency());
 }
 
 namespace detail {

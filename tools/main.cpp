@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -219,5 +220,11 @@ int deltaproof::tools::run_command_line(int argc, char** argv) {
 }
 
 #ifndef DELTAPROOF_COMMAND_LINE_WITHOUT_MAIN
-int main(int argc, char** argv) { return deltaproof::tools::run_command_line(argc, argv); }
+#include "reference/parallel.hpp"
+
+int main(int argc, char** argv) {
+  // DELTAPROOF_THREADS=n: the oracle's threads (default: every core); the library reads no environment.
+  if (const char* threads = std::getenv("DELTAPROOF_THREADS")) deltaproof::ref::set_thread_count(unsigned(std::max(0, std::atoi(threads))));
+  return deltaproof::tools::run_command_line(argc, argv);
+}
 #endif
