@@ -410,13 +410,14 @@ std::vector<DeltaCase> emulation_cases() {
 #define DELTAPROOF_REQUIRE_X86_64() GTEST_SKIP() << "the emulation's context switch is x86-64 only"
 #endif
 
-// Every stage of the emulated kernels within its bound (the GPU suite's check), forward recompute included.
+// Every stage of the emulated kernels within its bound (the GPU suite's check), forward recompute
+// included; each block's threads in a shuffled order.
 TEST(DeltaRuleBackwardCpuEmulation, StagesMatchTheOracle) {
   DELTAPROOF_REQUIRE_X86_64();
   for (const DeltaCase& c : emulation_cases()) {
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, c.length != 17);
-    const BackwardResult r = emulate_backward(c, in, cot);
+    const BackwardResult r = emulate_backward(c, in, cot, emulation::Schedule::shuffled, c.seed);
     const auto rep = check_backward_stages(c, in, cot, r);
     EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
     std::string worst;
