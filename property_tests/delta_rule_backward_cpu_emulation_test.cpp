@@ -458,6 +458,75 @@ TEST(DeltaRuleBackwardCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i]->data == o[i]->data) << "tensor #" << i;
 }
 
+// The fp64 kernels against central differences of their own fp64 forward (the GPU suite's check,
+// here on the emulation: it tries the check's allowance before a GPU does), and the check failing
+// for a gradient off by 2⁻²⁰ relative.
+TEST(DeltaRuleBackwardCpuEmulation, Fp64BackwardMatchesCentralDifferences) {
+  DELTAPROOF_REQUIRE_X86_64();
+  const ForwardRunner forward = [](const DeltaCase& c, const HostInputs& in) {
+    return emulate_backward(c, in, make_cotangents(c, false));
+  };
+  const BackwardRunner backward = [](const DeltaCase& c, const HostInputs& in, const Cotangents& cot) {
+    return emulate_backward(c, in, cot);
+  };
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.gated = gated, c.dtype = DType::f64, c.length = 21, c.chunk = 16, c.key_dim = 6, c.value_dim = 5;
+    c.with_initial_state = true, c.seed = 650;
+    const HostInputs in = make_inputs(c);
+    const Cotangents cot = make_cotangents(c);
+    std::vector<std::string> tensors = {"q", "k", "v", "beta", "S_0"};
+    if (gated) tensors.push_back("g");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const DirectionalCheck d = check_directional_derivative(c, in, cot, tensors[i], 700 + i, forward, backward);
+      std::cout << describe(c) << " " << tensors[i] << ": central difference " << d.central_difference << ", backward "
+                << d.backward << ", exact gap " << d.exact_gap << " | " << describe(d.row) << "\n";
+      EXPECT_TRUE(d.row.agrees()) << describe(c) << " " << describe(d.row);
+    }
+    const BackwardRunner off = [&](const DeltaCase& x, const HostInputs& i, const Cotangents& t) {
+      BackwardResult r = emulate_backward(x, i, t);
+      for (Exact& v : r.dk.data) v *= Exact(1) + Exact(1) / (1 << 20);
+      return r;
+    };
+    EXPECT_FALSE(check_directional_derivative(c, in, cot, "k", 701, forward, off).row.agrees()) << describe(c);
+  }
+}
+
+// Gradients end to end against the float64 token recurrence within gradient_tau, at C = 16, 32, 64.
+TEST(DeltaRuleBackwardCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSize) {
+  DELTAPROOF_REQUIRE_X86_64();
+  for (auto [gated, d] : {std::pair{true, DType::bf16}, {false, DType::f32}, {true, DType::f64}})
+    for (Index C : {16, 32, 64}) {
+      DeltaCase c;
+      c.gated = gated, c.dtype = d, c.length = 70, c.chunk = C, c.key_dim = 10, c.value_dim = 9, c.with_initial_state = true;
+      c.seed = 90;
+      const HostInputs in = make_inputs(c);
+      const Cotangents cot = make_cotangents(c);
+      const BackwardResult r = emulate_backward(c, in, cot);
+      for (const Comparison& row : compare_gradients_end_to_end(c, r, double_gradients(c, in, cot), gradient_tau(d)))
+        EXPECT_TRUE(row.agrees()) << describe(c) << ": " << describe(row);
+    }
+}
+
+// DESIGN.md's accuracy inputs at a reduced shape (bf16, L=128, D=32, C=64): every gradient's relative
+// L2 against float64, printed and held to the 3.5e-3 target (the H200 run measures D=128, L=512).
+TEST(DeltaRuleBackwardCpuEmulation, AccuracyAtAReducedDesignShape) {
+  DELTAPROOF_REQUIRE_X86_64();
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.gated = gated, c.length = 128, c.key_dim = 32, c.value_dim = 32, c.chunk = 64, c.seed = 42;
+    const HostInputs in = design_inputs(c);
+    const Cotangents cot = make_cotangents(c);
+    const BackwardResult r = emulate_backward(c, in, cot);
+    std::cout << (gated ? "Gated DeltaNet" : "DeltaNet") << " emulated backward (bf16, L=128, D=32, C=64), rel L2 vs float64:";
+    for (const auto& [name, err] : gradient_relative_l2(c, r, double_gradients(c, in, cot))) {
+      std::cout << " " << name << " " << err;
+      EXPECT_LE(err, 3.5e-3) << name;
+    }
+    std::cout << "\n";
+  }
+}
+
 // The emulation itself can fail: a kernel that reads shared memory before writing it, or a value
 // slice of the wrong size, must not pass. Here the emulated result is broken as such a kernel would
 // break it (a NaN read from poisoned memory, an unwritten entry) and read() must refuse it.

@@ -824,8 +824,16 @@ std::pair<Tensor4<Exact>, Tensor4<Exact>> oracle_forward(const DeltaCase& c, con
 }
 }  // namespace
 
-DirectionalCheck check_directional_derivative(const DeltaCase& c0, const HostInputs& in, const Cotangents& cot,
+DirectionalCheck check_directional_derivative(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                               const std::string& tensor, std::uint64_t direction_seed) {
+  return check_directional_derivative(
+      c, in, cot, tensor, direction_seed, [](const DeltaCase& x, const HostInputs& i) { return run_backward_forward(x, i); },
+      [](const DeltaCase& x, const HostInputs& i, const Cotangents& t) { return run_backward(x, i, t, false); });
+}
+
+DirectionalCheck check_directional_derivative(const DeltaCase& c0, const HostInputs& in, const Cotangents& cot,
+                                              const std::string& tensor, std::uint64_t direction_seed,
+                                              const ForwardRunner& forward, const BackwardRunner& backward) {
   DeltaCase c = c0;
   c.dtype = DType::f64;
   HostInputs probe = in;
@@ -842,7 +850,7 @@ DirectionalCheck check_directional_derivative(const DeltaCase& c0, const HostInp
     HostInputs moved = in;
     Tensor4<Exact>& target = input_named(moved, tensor);
     for (size_t i = 0; i < target.data.size(); ++i) target.data[i] += t * direction.data[i];  // dyadic: exact in fp64
-    const BackwardResult kernel = run_backward_forward(c, moved);
+    const BackwardResult kernel = forward(c, moved);
     const auto [o, s] = oracle_forward(c, moved);
     return std::tuple{pairing_of(cot, kernel.output, kernel.final_state).first, pairing_of(cot, o, s).first,
                       pairing_of(cot, o, s).second};
@@ -852,7 +860,7 @@ DirectionalCheck check_directional_derivative(const DeltaCase& c0, const HostInp
   const High two_h = High(2 * step);
   const High kernel_difference = (kernel_plus - kernel_minus) / two_h, exact_difference = (exact_plus - exact_minus) / two_h;
 
-  const BackwardResult kernel_grad = run_backward(c, in, cot, false);
+  const BackwardResult kernel_grad = backward(c, in, cot);
   const BackwardResult exact_grad = reference_gradients(c, in, cot);
   const Tensor4<Exact>& kg = gradient_named(kernel_grad, tensor);
   const Tensor4<Exact>& eg = gradient_named(exact_grad, tensor);

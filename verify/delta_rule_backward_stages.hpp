@@ -32,8 +32,11 @@
 #include "verify/delta_rule_stages.hpp"
 #include "verify/device_tensors.hpp"
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deltaproof::verify::delta_rule {
@@ -118,5 +121,12 @@ struct DirectionalCheck {
 };
 DirectionalCheck check_directional_derivative(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                               const std::string& tensor, std::uint64_t direction_seed);
+// The same check on any runner of the kernels (the device's above; the CPU emulation's in its test):
+// `forward` returns output and final_state, `backward` the gradients, both for fp64 cases.
+using ForwardRunner = std::function<BackwardResult(const DeltaCase&, const HostInputs&)>;
+using BackwardRunner = std::function<BackwardResult(const DeltaCase&, const HostInputs&, const Cotangents&)>;
+DirectionalCheck check_directional_derivative(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
+                                              const std::string& tensor, std::uint64_t direction_seed,
+                                              const ForwardRunner& forward, const BackwardRunner& backward);
 
 }  // namespace deltaproof::verify::delta_rule
