@@ -1,10 +1,11 @@
 // DeltaNet and Gated DeltaNet kernels on the GPU (DESIGN.md performance targets): chunkwise
 // forward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, each stage timed on its own
-// too (WY preparation, state scan + output), and decode of one token at B=64, H=16, D=128 with an
-// fp32 state. Timing: CUDA events around each launch (UseManualTime), 60 repetitions of one
-// launch each, median reported; two input sets alternate so that a launch never finds its inputs
-// in L2 (each set is far larger than the 50 MB L2). Data random and never zero: keys normalized
-// in expectation (entries ~ ±0.088 ≈ 1/√128), β in (0.25, 1), g in (−0.1, −0.025).
+// too (WY preparation, state scan + output), the backward (all four stages, each stage alone, and
+// forward + backward), and decode of one token at B=64, H=16, D=128 with an fp32 state. Timing:
+// CUDA events around each launch (UseManualTime), 60 repetitions of one launch each, median
+// reported; two input sets alternate so that a launch never finds its inputs in L2 (each set is
+// far larger than the 50 MB L2). Data random and never zero: keys normalized in expectation
+// (entries ~ ±0.088 ≈ 1/√128), β in (0.25, 1), g in (−0.1, −0.025), dO in (0.25, 1) signed.
 #include "bench/cuda_bench_support.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
@@ -96,6 +97,92 @@ void BM_DeltaRuleScanSlice(benchmark::State& state) {
   });
 }
 
+// ---------------------------------------------------------------------------------------
+// Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
+// dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for C = 16.
+
+struct BackwardSet {
+  void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
+};
+
+kc::DeltaRuleBackwardParams backward_shape(int C) {
+  kc::DeltaRuleBackwardParams p;
+  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
+  p.chunk_size = C;
+  return p;
+}
+
+const std::vector<BackwardSet>& backward_sets() {
+  static const std::vector<BackwardSet> sets = [] {
+    std::vector<BackwardSet> s;
+    const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
+    const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
+    const std::size_t workspace = kc::delta_rule_backward_workspace_bytes(backward_shape(16));
+    for (int i = 0; i < kSets; ++i)
+      s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
+                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
+                   device_workspace(tokens * 4), device_workspace(states * 4), device_workspace(workspace)});
+    return s;
+  }();
+  return sets;
+}
+
+kc::DeltaRuleBackwardParams backward_params(int set, int C, bool gated) {
+  const ForwardSet& f = forward_sets()[size_t(set)];
+  const BackwardSet& b = backward_sets()[size_t(set)];
+  kc::DeltaRuleBackwardParams p = backward_shape(C);
+  p.q = f.q, p.k = f.k, p.v = f.v, p.beta = f.beta;
+  p.log_gate = gated ? f.gate : nullptr;
+  p.d_output = b.d_output, p.d_final_state = b.d_final_state;
+  p.dq = b.dq, p.dk = b.dk, p.dv = b.dv, p.d_beta = b.d_beta, p.d_initial_state = b.d_initial_state;
+  p.d_log_gate = gated ? b.d_gate : nullptr;
+  p.workspace = b.workspace;
+  return p;
+}
+
+// Algorithmic FLOPs per token of the backward v1 (no triangular savings; D = DK = DV):
+// prepare K Kᵀ, Q Kᵀ, W, U 8CD; state scan V̄ and S 4D²; gradient scan dV̄ 2CD + 2D², G 4D²;
+// chunk gradients K Kᵀ, dO V̄ᵀ, E_o K, dT (two), E_oᵀ Q, F K, Tᵀ dW, Tᵀ dU 20CD, dO S, dV̄ S,
+// V̄ G' 6D², X and E 4C² — 28CD + 16D² + 4C² in all.
+double backward_flops(int C) {
+  return double(kBatch) * kHeads * kLength * (28.0 * C * kDim + 16.0 * kDim * kDim + 4.0 * C * C);
+}
+
+enum class BackwardStage { all, prepare, state_scan, gradient_scan, chunk_gradients, forward_and_backward };
+
+void backward_benchmark(benchmark::State& state, BackwardStage stage) {
+  const int C = static_cast<int>(state.range(0));
+  const bool gated = state.range(1) != 0;
+  // Every set's intermediates written once, so that a stage timed alone reads what it would read.
+  for (int i = 0; i < kSets; ++i) kc::delta_rule_backward(backward_params(i, C, gated));
+  check(cudaDeviceSynchronize(), "backward warm-up");
+  time_launches(state, kSets, [&](int i) {
+    const kc::DeltaRuleBackwardParams p = backward_params(i, C, gated);
+    switch (stage) {
+      case BackwardStage::all: return kc::delta_rule_backward(p);
+      case BackwardStage::prepare: return kc::delta_rule_backward_prepare(p);
+      case BackwardStage::state_scan: return kc::delta_rule_backward_state_scan(p);
+      case BackwardStage::gradient_scan: return kc::delta_rule_backward_gradient_scan(p);
+      case BackwardStage::chunk_gradients: return kc::delta_rule_backward_chunk_gradients(p);
+      case BackwardStage::forward_and_backward:
+        kc::delta_rule_forward(forward_params(i, C, gated));
+        return kc::delta_rule_backward(p);
+    }
+  });
+  // Compulsory traffic: read q, k, v, dO, write dq, dk, dv (forward + backward: also write o).
+  const double tensors = stage == BackwardStage::forward_and_backward ? 8 : 7;
+  const double flops = backward_flops(C) + (stage == BackwardStage::forward_and_backward ? forward_flops(C) : 0);
+  state.counters["bytes"] = benchmark::Counter(tensors * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOPs"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_DeltaRuleBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::all); }
+void BM_DeltaRuleBackwardPrepare(benchmark::State& state) { backward_benchmark(state, BackwardStage::prepare); }
+void BM_DeltaRuleBackwardStateScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::state_scan); }
+void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::gradient_scan); }
+void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
+void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
+
 void BM_DeltaRuleDecode(benchmark::State& state) {
   const int B = static_cast<int>(state.range(0)), T = 1;
   const bool gated = state.range(1) != 0;
@@ -134,6 +221,15 @@ BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3, 4);
 BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
 BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2}})->UseManualTime()
     ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+#define DELTA_BACKWARD_ARGS                                                                                    \
+  ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
+      ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
+BENCHMARK(BM_DeltaRuleBackward)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleForwardBackward)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardPrepare)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardStateScan)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardChunkGradients)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 

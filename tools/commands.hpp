@@ -51,6 +51,10 @@ int gradcheck_linear_attention_cuda(const CaseOptions& options);
 // CUDA builds only).
 int verify_delta_rule_cuda(const CaseOptions& options);
 int verify_gated_delta_rule_cuda(const CaseOptions& options);
+// Their backward kernel: stages vs the oracle, gradients vs float64, fp64 central differences
+// (tools/delta_rule_cuda_gradcheck.cpp; CUDA builds only).
+int gradcheck_delta_rule_cuda(const CaseOptions& options);
+int gradcheck_gated_delta_rule_cuda(const CaseOptions& options);
 
 // `deltaproof check` (tools/check_command.cpp): a kernel's tensor files judged against the oracle.
 struct CheckOptions {

@@ -29,13 +29,14 @@ using ref::Tensor4;
 using verify::Comparison;
 
 // Exit code 2 and one line when the kernels cannot run this case; nullopt when they can.
+// The flags first, so that a bad --C is named with or without a device.
 std::optional<int> unusable(const CaseOptions& o) {
-  if (!cuda::gpu_available()) {
-    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
-    return 2;
-  }
   if (o.chunk_size != 16 && o.chunk_size != 32 && o.chunk_size != 64) {
     std::cerr << "deltaproof: --C: the CUDA kernels take 16, 32 or 64 (got " << o.chunk_size << ")\n";
+    return 2;
+  }
+  if (!cuda::gpu_available()) {
+    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
     return 2;
   }
   return std::nullopt;

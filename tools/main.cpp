@@ -2,7 +2,7 @@
 //
 //   deltaproof verify    [--op linear|delta|gated-delta] [--L --C --dk --dv --seed] [--scalar exact|high|double|float]
 //   deltaproof gradcheck [--op linear|delta|gated-delta] [--form chunk|recurrent|parallel] [--L --C --dk --dv --seed]
-//                        [--step 1e-20] [--digits 25] [--json]
+//                        [--step 1e-20] [--digits 25] [--json]   (--impl cuda: --C defaults to 64)
 //   delta ops also take [--beta random|x in [0,1]] [--alpha random|x in (0,1]] [--keys small|unnormalized]
 //   deltaproof verify    --op ttt|lact [--L --C --dk --dv --seed]      (TTT: --C is the mini-batch size b)
 //   deltaproof masks     [--schedule update-apply|apply-update|single] [--L --C --window]
@@ -48,8 +48,8 @@ const std::map<std::string, OpCommands>& cuda_ops() {
   static const std::map<std::string, OpCommands> ops = {
 #ifdef DELTAPROOF_WITH_CUDA
       {"linear", {deltaproof::tools::verify_linear_attention_cuda, deltaproof::tools::gradcheck_linear_attention_cuda}},
-      {"delta", {deltaproof::tools::verify_delta_rule_cuda, nullptr}},
-      {"gated-delta", {deltaproof::tools::verify_gated_delta_rule_cuda, nullptr}},
+      {"delta", {deltaproof::tools::verify_delta_rule_cuda, deltaproof::tools::gradcheck_delta_rule_cuda}},
+      {"gated-delta", {deltaproof::tools::verify_gated_delta_rule_cuda, deltaproof::tools::gradcheck_gated_delta_rule_cuda}},
 #endif
   };
   return ops;
@@ -214,6 +214,8 @@ int deltaproof::tools::run_command_line(int argc, char** argv) {
     std::cerr << "deltaproof: " << e.what() << "\n";
     return 2;
   }
+  // The kernels take C = 16, 32 or 64: without --C, --impl cuda uses 64 (gradcheck's reference default is 8).
+  if (gradcheck_options.impl == "cuda" && gradcheck->get_option("--C")->count() == 0) gradcheck_options.chunk_size = 64;
   if (masks->parsed()) return deltaproof::tools::masks_lact(masks_options);
   if (check->parsed()) return deltaproof::tools::check(check_options);
   return verify->parsed() ? dispatch("verify", verify_options) : dispatch("gradcheck", gradcheck_options);

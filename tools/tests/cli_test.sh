@@ -58,13 +58,22 @@ expect_bad_input --form gradcheck --form sideways
 
 # --impl cuda (linear attention): with a device the kernels agree with the oracle; without one
 # (CI), or in a build without nvcc, one line naming --impl and exit 2.
+# gradcheck's reference default is C = 8, which the kernels reject; without --C, --impl cuda takes 64,
+# so the default case runs (with a device: exit 0; without one it gets past the --C check, which
+# comes first, to the device check: one line naming --impl, not --C).
 if nvidia-smi -L >/dev/null 2>&1; then
   expect_exit 0 verify --impl cuda --L 40 --C 16 --dk 9 --dv 5
   expect_exit 0 gradcheck --impl cuda --L 20 --C 16 --dk 5 --dv 4
+  expect_exit 0 gradcheck --impl cuda
   expect_bad_input --C verify --impl cuda --C 8
+  expect_bad_input --C gradcheck --impl cuda --C 8
 else
   expect_bad_input --impl verify --impl cuda
   expect_bad_input --impl gradcheck --impl cuda
+  # A CUDA build without a device: a bad --C is named before the device is looked for.
+  if "$bin" verify --impl cuda 2>&1 | grep -q "no CUDA device"; then
+    expect_bad_input --C gradcheck --impl cuda --C 8
+  fi
 fi
 
 rm -f /tmp/deltaproof_cli_out.$$ /tmp/deltaproof_cli_err.$$

@@ -45,6 +45,25 @@ expect_bad_input --alpha verify --op gated-delta --alpha 0
 expect_bad_input --alpha verify --op gated-delta --alpha -1
 expect_bad_input --keys verify --op delta --keys huge
 
+# --impl cuda gradcheck (the backward kernel): with a device, the default case and issue 11's case
+# pass (and --json parses); without one, one line naming --impl (the default C = 64 gets past the
+# --C check, which comes first) and a bad --C named; in a build without nvcc, one line naming --impl.
+for op in delta gated-delta; do
+  if nvidia-smi -L >/dev/null 2>&1; then
+    expect_exit 0 gradcheck --impl cuda --op "$op"
+    expect_exit 0 gradcheck --impl cuda --op "$op" --L 100 --C 64 --dk 48 --dv 32
+    expect_exit 0 gradcheck --impl cuda --op "$op" --L 30 --C 16 --dk 7 --dv 5 --json
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and d["impl"] == "cuda" and len(d["directional"]) >= 5' \
+      "$out" || fail "gradcheck --impl cuda --op $op --json is not the expected JSON"
+    expect_bad_input --C gradcheck --impl cuda --op "$op" --C 48
+  else
+    expect_bad_input --impl gradcheck --impl cuda --op "$op"
+    if "$bin" verify --impl cuda --op "$op" 2>&1 | grep -q "no CUDA device"; then
+      expect_bad_input --C gradcheck --impl cuda --op "$op" --C 48
+    fi
+  fi
+done
+
 rm -f "$out" "$err"
 [ "$failures" -eq 0 ] && echo "delta cli: all checks passed" || echo "delta cli: $failures checks failed"
 exit $((failures > 0))
