@@ -144,10 +144,7 @@ void require_valid(const KernelCase& c) {
   }
   rule(c.beta.has_value() == (c.op != Op::linear), "beta is there exactly for the delta ops");
   rule(c.g.has_value() == (c.op == Op::gated_delta), "g is there exactly for gated-delta");
-  if (c.beta) {
-    well_formed(*c.beta, c.gate_shape(), "beta has the gate shape");
-    for (double b : c.beta->values) rule(b >= 0, "beta is non-negative");
-  }
+  if (c.beta) well_formed(*c.beta, c.gate_shape(), "beta has the gate shape");
   if (c.g) well_formed(*c.g, c.gate_shape(), "g has the gate shape");
   if (c.h0) well_formed(*c.h0, c.state_shape(), "h0 has the state shape");
   if (c.d_o) well_formed(*c.d_o, c.token_shape(c.value_dim()), "do has o's shape");

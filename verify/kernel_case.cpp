@@ -138,9 +138,6 @@ void KernelCase::validate() const {
   if (beta) {
     require_shape(*beta, gate_shape(), "beta");
     require_finite(*beta, "beta");
-    // β weighs the write and the error model's magnitudes: a negative β has no meaning here.
-    for (size_t i = 0; i < beta->values.size(); ++i)
-      require(beta->values[i] >= 0, "beta: entry " + std::to_string(i) + " is negative (beta must be >= 0)");
   }
   if (g) {
     require_shape(*g, gate_shape(), "g");

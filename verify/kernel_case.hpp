@@ -48,7 +48,7 @@ struct KernelCase {
   Op op = Op::linear;
   Layout layout = Layout::bhld;
   HostTensor q, k, v;
-  std::optional<HostTensor> beta;     // delta, gated-delta; every entry >= 0
+  std::optional<HostTensor> beta;     // delta, gated-delta; any real value
   std::optional<HostTensor> g;        // gated-delta: log-gates g = ln α (≤ 0)
   std::optional<HostTensor> h0;       // initial state; absent = 0
   std::vector<Index> cu_seqlens;      // empty: fixed length
