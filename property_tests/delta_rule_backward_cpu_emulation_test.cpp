@@ -426,6 +426,22 @@ TEST(DeltaRuleBackwardCpuEmulation, StagesMatchTheOracle) {
   }
 }
 
+// The GPU suite's RegimeVeryNegativeGates case, emulated: log-gates down to −128 per token make
+// fp32 W and dS_0 entries of 1e-46, below fp32's smallest subnormal. The H200 rounded them to 0 (as
+// IEEE fp32 must) and the bounds without η_acc called that OUTSIDE (W err/bound 4.2, dS_0 11.6).
+TEST(DeltaRuleBackwardCpuEmulation, VeryNegativeGatesWithinBound) {
+  DELTAPROOF_REQUIRE_X86_64();
+  for (DType d : {DType::bf16, DType::f32}) {
+    DeltaCase c;
+    c.gated = true, c.dtype = d, c.gate_step = 8, c.length = 90, c.chunk = 64, c.key_dim = 16, c.value_dim = 16;
+    c.with_initial_state = true, c.seed = 500;
+    const HostInputs in = make_inputs(c);
+    const Cotangents cot = make_cotangents(c);
+    const auto rep = check_backward_stages(c, in, cot, emulate_backward(c, in, cot));
+    EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
+  }
+}
+
 // The same bits whatever order the threads of a block run in between barriers: no result depends
 // on a race.
 TEST(DeltaRuleBackwardCpuEmulation, ResultsDoNotDependOnThreadOrder) {

@@ -203,14 +203,15 @@ struct BackwardUnits {
   double out;    // rounding of a stored gradient to the input dtype (0: stored exactly)
   double eta;    // half the dtype's smallest subnormal (absolute error of a tiny stored gradient)
   double floor;  // underflow floor, times max(magnitude) (as the forward stages')
+  double eta_acc;  // half the accumulation type's smallest subnormal: the absolute part of one rounding
 };
 
 BackwardUnits backward_units(DType d) {
   switch (d) {
-    case DType::f64: return {0x1p-53, 0x1p-52, 0, 0, 0x1p-1000};
-    case DType::f32: return {0x1p-24, 0x1p-22, 0, 0, 0x1p-110};
-    case DType::bf16: return {0x1p-24, 0x1p-22, 0x1p-8, 0x1p-134, 0x1p-110};
-    default: return {0x1p-24, 0x1p-22, 0x1p-11, 0x1p-25, 0x1p-110};
+    case DType::f64: return {0x1p-53, 0x1p-52, 0, 0, 0x1p-1000, 0x1p-1075};
+    case DType::f32: return {0x1p-24, 0x1p-22, 0, 0, 0x1p-110, 0x1p-150};
+    case DType::bf16: return {0x1p-24, 0x1p-22, 0x1p-8, 0x1p-134, 0x1p-110, 0x1p-150};
+    default: return {0x1p-24, 0x1p-22, 0x1p-11, 0x1p-25, 0x1p-110, 0x1p-150};
   }
 }
 
@@ -223,12 +224,15 @@ double rho(long m, int k, double u, double eps) {
 }
 
 // ρ·magnitude, or for a gradient stored in the dtype u_out|value| + (1 + u_out) ρ·magnitude + η; plus the floor.
+// Every rounding in the accumulation type is |fl(x) − x| ≤ u_acc|x| + η_acc (η_acc for results in its
+// subnormal range: very negative gates make W and dS_0 entries of 1e-46 in fp32, which the H200 run
+// showed rounded to 0 outside the purely relative bound). ρ ≥ (m + k)·u_acc for m roundings and k
+// exps, so ρ/u_acc · η_acc bounds their absolute parts.
 template <class S>
 Matrix<S> bound_of(const Matrix<S>& magnitude, const Matrix<S>& value, double r, bool stored, const BackwardUnits& un) {
-  Matrix<S> b = magnitude * S(r);
+  Matrix<S> b = magnitude * S(r) + Matrix<S>::Constant(magnitude.rows(), magnitude.cols(), S(r / un.acc * un.eta_acc));
   if (stored)
-    b = value.cwiseAbs() * S(un.out) + magnitude * S((1 + un.out) * r) +
-        Matrix<S>::Constant(magnitude.rows(), magnitude.cols(), S(un.eta));
+    b = value.cwiseAbs() * S(un.out) + b * S(1 + un.out) + Matrix<S>::Constant(magnitude.rows(), magnitude.cols(), S(un.eta));
   const S floor = magnitude.size() ? S(magnitude.maxCoeff() * S(un.floor)) : S(0);
   return b + Matrix<S>::Constant(magnitude.rows(), magnitude.cols(), floor);
 }
