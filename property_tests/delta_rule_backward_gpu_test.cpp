@@ -7,6 +7,7 @@
 // also stored as the kernel stores it, its chain equals the reference's backward over ℚ, it catches
 // planted bugs; validation fails before any CUDA call). DeltaRuleBackwardGpu.* skip without one.
 #include "cuda/delta_rule.h"
+#include "property_tests/support/bounded_property.hpp"
 #include "property_tests/support/gpu.hpp"
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -40,6 +41,7 @@ using ref::Vector;
 namespace dt = deltaproof::verify;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
+using deltaproof::testing::check_cases;
 
 // The case, then every stage outside its bound.
 std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) {
@@ -75,18 +77,6 @@ rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
   });
 }
 
-// A property over a bounded number of generated cases (the seed still comes from RC_PARAMS).
-template <class Testable>
-bool check_cases(const std::string& name, int cases, Testable&& testable) {
-  rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.maxSuccess = cases;
-  rc::detail::TestMetadata metadata;
-  metadata.id = metadata.description = name;
-  const auto result = rc::detail::checkTestable(std::forward<Testable>(testable), metadata, params);
-  rc::detail::printResultMessage(result, std::cerr);
-  std::cerr << std::endl;
-  return result.template is<rc::detail::SuccessResult>();
-}
 
 // ---------------------------------------------------------------------------------------
 // Planted bugs: each mutant is what the kernel would have written with the named bug; the stage

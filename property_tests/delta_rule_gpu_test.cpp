@@ -3,6 +3,7 @@
 // verify/delta_rule_stages.hpp; this file holds the generators, the regimes and assertions over the
 // verify::Comparison rows those checks return.
 #include "cuda/delta_rule.h"
+#include "property_tests/support/bounded_property.hpp"
 #include "property_tests/support/gpu.hpp"
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -36,6 +37,7 @@ using ref::Vector;
 namespace dt = deltaproof::verify;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
+using deltaproof::testing::check_cases;
 namespace dr = ref::delta_rule;
 namespace gdr = ref::gated_delta_rule;
 
@@ -71,19 +73,6 @@ rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
   });
 }
 
-// Runs a property over a bounded number of generated cases (GPU tests share a 90 s budget);
-// the seed still comes from RC_PARAMS.
-template <class Testable>
-bool check_cases(const std::string& name, int cases, Testable&& testable) {
-  rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.maxSuccess = cases;
-  rc::detail::TestMetadata metadata;
-  metadata.id = metadata.description = name;
-  const auto result = rc::detail::checkTestable(std::forward<Testable>(testable), metadata, params);
-  rc::detail::printResultMessage(result, std::cerr);
-  std::cerr << std::endl;
-  return result.template is<rc::detail::SuccessResult>();
-}
 
 // ---------------------------------------------------------------------------------------
 // Running the kernels.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace deltaproof::tools {
@@ -42,6 +43,10 @@ int gradcheck_linear_attention(const CaseOptions& options);
 int verify_ttt(const CaseOptions& options);
 int verify_lact(const CaseOptions& options);
 int masks_lact(const CaseOptions& options);
+// The CUDA commands' first step: exit code 2 and one line on stderr when the kernels cannot run this
+// case (--C not 16, 32 or 64, named with or without a device; no device); nullopt when they can
+// (tools/linear_attention_cuda_commands.cpp; CUDA builds only).
+std::optional<int> cuda_case_unusable(const CaseOptions& options);
 // Linear attention on the CUDA kernels (tools/linear_attention_cuda_commands.cpp; CUDA builds only).
 // Without a device: one line on stderr, exit 2.
 int verify_linear_attention_cuda(const CaseOptions& options);

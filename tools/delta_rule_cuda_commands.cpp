@@ -18,14 +18,7 @@ namespace {
 namespace vdr = verify::delta_rule;
 
 int verify_delta_family_cuda(const CaseOptions& o, bool gated) {
-  if (!cuda::gpu_available()) {
-    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
-    return 2;
-  }
-  if (o.chunk_size != 16 && o.chunk_size != 32 && o.chunk_size != 64) {
-    std::cerr << "deltaproof: --C: the CUDA kernels take 16, 32 or 64 (got " << o.chunk_size << ")\n";
-    return 2;
-  }
+  if (const auto code = cuda_case_unusable(o)) return *code;
   vdr::DeltaCase c;
   c.gated = gated, c.dtype = cuda::DType::bf16, c.length = o.length, c.chunk = o.chunk_size;
   c.key_dim = o.key_dim, c.value_dim = o.value_dim, c.seed = o.seed, c.with_initial_state = true;

@@ -25,19 +25,6 @@ namespace {
 namespace vdr = verify::delta_rule;
 using cuda::DType;
 
-// Exit code 2 and one line when the kernels cannot run this case (the flags first: no device needed).
-std::optional<int> unusable(const CaseOptions& o) {
-  if (o.chunk_size != 16 && o.chunk_size != 32 && o.chunk_size != 64) {
-    std::cerr << "deltaproof: --C: the CUDA kernels take 16, 32 or 64 (got " << o.chunk_size << ")\n";
-    return 2;
-  }
-  if (!cuda::gpu_available()) {
-    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
-    return 2;
-  }
-  return std::nullopt;
-}
-
 vdr::DeltaCase case_of(const CaseOptions& o, bool gated, DType dtype) {
   vdr::DeltaCase c;
   c.gated = gated, c.dtype = dtype, c.length = o.length, c.chunk = o.chunk_size;
@@ -46,7 +33,7 @@ vdr::DeltaCase case_of(const CaseOptions& o, bool gated, DType dtype) {
 }
 
 int gradcheck_delta_family_cuda(const CaseOptions& o, bool gated) {
-  if (const auto code = unusable(o)) return *code;
+  if (const auto code = cuda_case_unusable(o)) return *code;
   std::vector<verify::Comparison> rows;
   std::vector<std::string> labels;
   for (DType dtype : {DType::bf16, DType::f64}) {

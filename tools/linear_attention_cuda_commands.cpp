@@ -28,20 +28,6 @@ using ref::Matrix;
 using ref::Tensor4;
 using verify::Comparison;
 
-// Exit code 2 and one line when the kernels cannot run this case; nullopt when they can.
-// The flags first, so that a bad --C is named with or without a device.
-std::optional<int> unusable(const CaseOptions& o) {
-  if (o.chunk_size != 16 && o.chunk_size != 32 && o.chunk_size != 64) {
-    std::cerr << "deltaproof: --C: the CUDA kernels take 16, 32 or 64 (got " << o.chunk_size << ")\n";
-    return 2;
-  }
-  if (!cuda::gpu_available()) {
-    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
-    return 2;
-  }
-  return std::nullopt;
-}
-
 Tensor4<Exact> as_tensor(const Matrix<Exact>& m) {
   Tensor4<Exact> t(1, 1, m.rows(), m.cols());
   t.set_head(0, 0, m);
@@ -76,8 +62,20 @@ void print_case(const std::string& what, const CaseOptions& o) {
 
 }  // namespace
 
+std::optional<int> cuda_case_unusable(const CaseOptions& o) {
+  if (o.chunk_size != 16 && o.chunk_size != 32 && o.chunk_size != 64) {
+    std::cerr << "deltaproof: --C: the CUDA kernels take 16, 32 or 64 (got " << o.chunk_size << ")\n";
+    return 2;
+  }
+  if (!cuda::gpu_available()) {
+    std::cerr << "deltaproof: --impl cuda: no CUDA device available\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
 int verify_linear_attention_cuda(const CaseOptions& o) {
-  if (const auto code = unusable(o)) return *code;
+  if (const auto code = cuda_case_unusable(o)) return *code;
   print_case("verify", o);
   std::cout << "\n";
   const LinearAttentionCase c = make_linear_attention_case(o);
@@ -106,7 +104,7 @@ int verify_linear_attention_cuda(const CaseOptions& o) {
 // <∇_p P, u> with h = 2^-6, P = <dO, o> + <dS_L, S_L>; P is a cubic along the line, and the exact
 // gap between the two, h²/6·P''', is computed over ℚ.
 int gradcheck_linear_attention_cuda(const CaseOptions& o) {
-  if (const auto code = unusable(o)) return *code;
+  if (const auto code = cuda_case_unusable(o)) return *code;
   const LinearAttentionCase c = make_linear_attention_case(o);
   const vla::CudaCase at = cuda_case(c, o, DType::f64);
   const std::vector<Comparison> table = vla::check_backward(at);
