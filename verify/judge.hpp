@@ -13,7 +13,7 @@ namespace deltaproof::verify {
 struct JudgeOptions {
   // Precision of the operands the kernel multiplies. Default: the input dtype. Triton's tl.dot on
   // fp32 inputs multiplies in TF32 unless told otherwise (fla does not), so fp32 kernels written in
-  // Triton are judged with operands = tf32 (unit roundoff 2⁻¹¹).
+  // Triton are judged with operands = tf32, truncated (|δ| < 2⁻¹⁰; kernel_model.hpp).
   bool tf32_operands = false;
   unsigned threads = 0;  // 0: every core
 };

@@ -8,7 +8,12 @@
 // 2. Operands. Along any path from an input to an output the kernel rounds at most r intermediates
 //    to its operand precision u_op (the input dtype, or TF32 for Triton's fp32 tl.dot): scale·q,
 //    the state stored between chunks, the score / WY / V̄ matrices fed back into the tensor cores.
-//    r = 3, plus one for q/k normalised inside the kernel.
+//    r = 3, plus one for q/k normalised inside the kernel. TF32 is a truncation, not a rounding:
+//    Triton's tl.dot on fp32 passes the fp32 bits to the tensor cores, which ignore the low 13
+//    mantissa bits (no cvt.rna; Triton's issue #4574, and its PR #9295 adding rounding as an
+//    option), so |δ| < 2⁻¹⁰, twice a rounding's 2⁻¹¹. Measured: fla's chunk_linear_attn and the
+//    article's linear_chunk in fp32, L = 1, ht = kᵀv exceeded a 2⁻¹¹ bound by 1.03–1.14× (the
+//    truncation's worst case is 4/3×), bench/results/peers.
 // 3. Accumulation in fp32 (fp64 for fp64 inputs) over chains of at most m additions, sums on
 //    tensor cores truncated rather than rounded (u_acc = 2⁻²³; 2⁻⁵² for fp64).
 //    Per step: ε = (1 + u_op)^r (1 + γ_m(u_acc)) − 1 (Higham, Lemma 3.3 and Thm 3.1).
@@ -58,7 +63,7 @@ struct KernelModel {
 inline KernelModel kernel_model(DType input, bool tf32_operands, bool normalises_qk) {
   KernelModel model;
   const bool fp64 = input == DType::f64;
-  model.u_op = (tf32_operands && input == DType::f32) ? 0x1p-11 : unit_roundoff(input);
+  model.u_op = (tf32_operands && input == DType::f32) ? 0x1p-10 : unit_roundoff(input);  // truncation
   model.u_acc = fp64 ? 0x1p-52 : 0x1p-23;
   model.roundings = 3 + (normalises_qk ? 1 : 0);
   return model;

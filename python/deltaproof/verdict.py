@@ -109,7 +109,7 @@ def judge(op, inputs, outputs, layout="blhd", dtype="bf16", scale=1.0, cu_seqlen
     """Judges a kernel's outputs against the oracle on the exact values of its inputs (verify::judge).
 
     op: "linear", "delta" or "gated-delta". tf32: the kernel multiplies fp32 operands in TF32 (Triton's
-    tl.dot default), so fp32 is judged with operand unit roundoff 2⁻¹¹. Returns a Verdict."""
+    tl.dot default), so fp32 is judged with operands truncated to TF32 (|δ| < 2⁻¹⁰). Returns a Verdict."""
     text, table = _backend.judge(op, layout, _tensors(inputs, INPUT_NAMES, dtype, dtypes, "input"),
                               _tensors(outputs, OUTPUT_NAMES, dtype, dtypes, "output"), float(scale),
                               _cu_seqlens(cu_seqlens), bool(qk_l2norm), bool(tf32), int(threads))

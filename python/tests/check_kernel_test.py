@@ -109,3 +109,27 @@ def test_c_judge_gives_the_same_verdict_as_the_module(monkeypatch):
     with pytest.raises(ValueError, match="shape"):
         deltaproof.judge("delta", inputs, dict(outputs, o=outputs["o"][:, :1]), dtype="bf16",
                          cu_seqlens=case.cu_seqlens)
+
+
+def _truncated(x, kept_bits):
+    """x (float32) with all but the first `kept_bits` mantissa bits cleared: what a tensor core does
+    to an fp32 operand in TF32 (kept_bits = 10)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return (bits & np.uint32((0xFFFFFFFF << (23 - kept_bits)) & 0xFFFFFFFF)).view(np.float32)
+
+
+@pytest.mark.parametrize("kept_bits, agrees", [(10, True), (8, False)])
+def test_tf32_truncated_products_are_judged_as_truncation(kept_bits, agrees):
+    """fla's and the article's fp32 kernels (Triton, TF32 tl.dot) truncate operands: at L = 1,
+    ht = kᵀv from two truncated operands errs by up to 2·2⁻¹⁰, more than three TF32 roundings allow.
+    Operands whose 15 low bits are all set are the worst case for both: TF32 must agree, 8 bits must not."""
+    rng = np.random.default_rng(7)
+    worst = lambda shape: (np.float32(1) + np.float32((2 ** 15 - 1) * 2.0 ** -23)) * \
+        rng.choice([-1, 1], size=shape).astype(np.float32) * np.float32(2) ** rng.integers(-2, 3, size=shape)
+    inputs = {"q": worst((1, 1, 1, 8)), "k": worst((1, 1, 1, 8)), "v": worst((1, 1, 1, 8))}
+    outputs = deltaproof.oracle("linear", inputs, dtype="fp32")
+    k, v = (_truncated(inputs[n][0, 0, 0], kept_bits).astype(np.float64) for n in ("k", "v"))
+    outputs["ht"] = np.outer(k, v).astype(np.float32)[None, None]
+    verdict = deltaproof.judge("linear", inputs, outputs, dtype="fp32", tf32=True)
+    assert verdict.agrees == agrees, str(verdict)
+    assert verdict.find("ht")["ratio"] > (0.5 if agrees else 1), str(verdict)
