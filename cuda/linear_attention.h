@@ -11,6 +11,16 @@
 // share one dtype; states are always in the accumulation type (fp64 for fp64 inputs, else fp32).
 // Bad arguments throw std::invalid_argument naming the argument (nothing is launched, no output
 // touched); CUDA failures throw cuda::CudaError carrying the kernel's name.
+//
+// Range: the state is a sum over all tokens with no decay, so it grows without bound (≈ √L for
+// zero-mean inputs, ∝ L for same-signed ones). States stay fp32; an output entry is rounded once to
+// the dtype, and where its exact value passes the dtype's range that rounding gives ±Inf (IEEE
+// overflow) rather than a finite wrong number — for fp16, |o| ≥ 65520
+// (measured on the H200 by LongSequenceGpu.LinearAttentionFp16OverflowsWhereTheExactOutputLeavesTheRange:
+// o_t = t + 1 is exact up to t + 1 = 65504 and Inf from 65520 on, 0 NaN). Since
+// |o_t| ≤ Σ_{s ≤ t} |q_t·k_s| |v_s|_∞, unit-norm q, k and |v| ≤ 1 cannot overflow fp16 before
+// L = 65520; bf16's range (3.4e38) is not reached in practice. Check outputs for Inf when fp16 runs
+// long sequences of same-signed features.
 #pragma once
 
 #include "cuda/check.hpp"

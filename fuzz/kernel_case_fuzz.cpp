@@ -155,21 +155,6 @@ void require_valid(const KernelCase& c) {
 }
 
 
-// The case in one line, for a finding's report.
-std::string describe(const KernelCase& c) {
-  std::string s = "op " + name_of(c.op) + ", layout " + name_of(c.layout) + ", q " + c.q.shape_string() + ", v " +
-                  c.v.shape_string() + ", scale " + std::to_string(c.scale) + (c.l2_normalize_qk ? ", qk-l2norm" : "");
-  if (c.h0) s += ", h0";
-  if (c.d_o) s += ", do";
-  if (c.d_ht) s += ", dht";
-  if (!c.cu_seqlens.empty()) {
-    s += ", cu_seqlens [";
-    for (size_t i = 0; i < c.cu_seqlens.size(); ++i) s += (i ? ", " : "") + std::to_string(c.cu_seqlens[i]);
-    s += "]";
-  }
-  return s + "\n";
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -195,6 +180,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   JudgeOptions options;
   options.threads = 1;
   const Verdict verdict = judge(c, truth, options);
-  if (!verdict.agrees()) finding("the judge does not agree with the oracle's own outputs:\n" + describe(c) + format_table(verdict));
+  if (!verdict.agrees()) finding("the judge does not agree with the oracle's own outputs:\n" + describe(c) + "\n" + format_table(verdict));
   return 0;
 }

@@ -80,21 +80,6 @@ inline bool small_and_modest(const KernelCase& c) {
   return total <= 4096 && modest && std::fabs(c.scale) <= 64;
 }
 
-// The case in one line, for a finding's report.
-inline std::string describe(const KernelCase& c) {
-  std::string s = "op " + name_of(c.op) + ", layout " + name_of(c.layout) + ", q " + c.q.shape_string() + ", v " +
-                  c.v.shape_string() + ", scale " + std::to_string(c.scale) + (c.l2_normalize_qk ? ", qk-l2norm" : "");
-  if (c.h0) s += ", h0";
-  if (c.d_o) s += ", do";
-  if (c.d_ht) s += ", dht";
-  if (!c.cu_seqlens.empty()) {
-    s += ", cu_seqlens [";
-    for (size_t i = 0; i < c.cu_seqlens.size(); ++i) s += (i ? ", " : "") + std::to_string(c.cu_seqlens[i]);
-    s += "]";
-  }
-  return s + "\n";
-}
-
 // Every op, layout and varlen flag through the loader; accepted small cases through the judge.
 inline void check_loaders(const std::string& path) {
   for (Op op : {Op::linear, Op::delta, Op::gated_delta})
@@ -117,7 +102,7 @@ inline void check_loaders(const std::string& path) {
         JudgeOptions options;
         options.threads = 1;
         const Verdict v = judge(c, truth, options);
-        if (!v.agrees()) finding("the judge does not agree with the oracle's own outputs:\n" + describe(c) + format_table(v));
+        if (!v.agrees()) finding("the judge does not agree with the oracle's own outputs:\n" + describe(c) + "\n" + format_table(v));
       }
 }
 

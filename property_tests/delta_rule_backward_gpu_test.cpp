@@ -299,30 +299,27 @@ TEST(DeltaRuleBackwardChecks, WorkspaceHoldsOnlyWhatIsNotGiven) {
 // ---------------------------------------------------------------------------------------
 // On the device: stages against the oracle.
 
-TEST(DeltaRuleBackwardGpu, StagesMatchOracleDeltaNet) {
-  DELTAPROOF_REQUIRE_GPU();
-  EXPECT_TRUE(check_cases("DeltaNet backward stages vs the exact oracle", 12, [](void) {
-    const DeltaCase c = *gen_case(false, 100, 32);
+// Every backward stage of drawn cases (length up to max_length, head dims up to max_dim) within bound.
+bool backward_stages_hold(const std::string& name, int cases, bool gated, int max_length, int max_dim) {
+  return check_cases(name, cases, [=](void) {
+    const DeltaCase c = *gen_case(gated, max_length, max_dim);
     const bool with_final_gradient = *rc::gen::arbitrary<bool>();
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, with_final_gradient);
     const auto rep = check_backward_stages(c, in, cot, run_backward(c, in, cot));
     RC_TAG(cuda::name_of(c.dtype));
     if (!all_agree(rep)) RC_FAIL(failures(c, rep) + (with_final_gradient ? "dS_L given" : "dS_L = 0"));
-  }));
+  });
+}
+
+TEST(DeltaRuleBackwardGpu, StagesMatchOracleDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(backward_stages_hold("DeltaNet backward stages vs the exact oracle", 12, false, 100, 32));
 }
 
 TEST(DeltaRuleBackwardGpu, StagesMatchOracleGatedDeltaNet) {
   DELTAPROOF_REQUIRE_GPU();
-  EXPECT_TRUE(check_cases("Gated DeltaNet backward stages vs the 100-digit oracle", 10, [](void) {
-    const DeltaCase c = *gen_case(true, 80, 32);
-    const bool with_final_gradient = *rc::gen::arbitrary<bool>();
-    const HostInputs in = make_inputs(c);
-    const Cotangents cot = make_cotangents(c, with_final_gradient);
-    const auto rep = check_backward_stages(c, in, cot, run_backward(c, in, cot));
-    RC_TAG(cuda::name_of(c.dtype));
-    if (!all_agree(rep)) RC_FAIL(failures(c, rep) + (with_final_gradient ? "dS_L given" : "dS_L = 0"));
-  }));
+  EXPECT_TRUE(backward_stages_hold("Gated DeltaNet backward stages vs the 100-digit oracle", 10, true, 80, 32));
 }
 
 // Prints the worst err/bound per stage for one mid-sized case of each dtype (calibration).

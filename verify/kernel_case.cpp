@@ -177,4 +177,18 @@ void validate_result(const KernelCase& c, const KernelResult& r) {
   if (r.dh0) require_shape(*r.dh0, c.state_shape(), "dh0");
 }
 
+std::string describe(const KernelCase& c) {
+  std::string s = "op " + name_of(c.op) + ", layout " + name_of(c.layout) + ", q " + c.q.shape_string() + ", v " +
+                  c.v.shape_string() + ", scale " + std::to_string(c.scale) + (c.l2_normalize_qk ? ", qk-l2norm" : "");
+  if (c.h0) s += ", h0";
+  if (c.d_o) s += ", do";
+  if (c.d_ht) s += ", dht";
+  if (!c.cu_seqlens.empty()) {
+    s += ", cu_seqlens [";
+    for (size_t i = 0; i < c.cu_seqlens.size(); ++i) s += (i ? ", " : "") + std::to_string(c.cu_seqlens[i]);
+    s += "]";
+  }
+  return s;
+}
+
 }  // namespace deltaproof::verify

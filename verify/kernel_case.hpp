@@ -76,6 +76,9 @@ struct KernelResult {
   std::optional<HostTensor> dq, dk, dv, dbeta, dg, dh0;  // backward (for the case's d_o, d_ht)
 };
 
+// The case in one line: op, layout, q and v shapes, scale, which optional tensors it has, cu_seqlens.
+std::string describe(const KernelCase& c);
+
 // Checks that every present tensor has the shape the case implies and finite-ness is reported
 // by the judge, not here; throws std::invalid_argument naming the tensor.
 void validate_result(const KernelCase& c, const KernelResult& r);
