@@ -1101,18 +1101,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeP
 // ---------------------------------------------------------------------------------------
 // Host side: validation, then launch.
 
-// The scan version that runs: params.pipeline, or when 0 the default, which the environment
-// variable DELTAPROOF_DELTA_PIPELINE (1 to 4) may override for experiments and for running the
-// whole test suite on each version.
-int effective_pipeline(const DeltaRuleForwardParams& p) {
-  static const int from_environment = [] {
-    const char* value = std::getenv("DELTAPROOF_DELTA_PIPELINE");
-    const int v = value ? std::atoi(value) : 0;
-    return v >= 1 && v <= 4 ? v : 0;
-  }();
-  if (p.pipeline != 0) return p.pipeline;
-  return from_environment != 0 ? from_environment : kDefaultPipeline;
-}
+// The scan version that runs: params.pipeline, or when 0 the default (the library reads no
+// environment: a version is chosen through the params only).
+int effective_pipeline(const DeltaRuleForwardParams& p) { return p.pipeline != 0 ? p.pipeline : kDefaultPipeline; }
 
 // v3 (scan, then a parallel output kernel) for 16-bit inputs when asked for.
 bool split_output(const DeltaRuleForwardParams& p) {

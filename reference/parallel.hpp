@@ -7,6 +7,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <mpfr.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,6 +51,8 @@ void parallel_for(Eigen::Index count, F&& f) {
       errors[static_cast<size_t>(w)] = std::current_exception();
     }
     detail::in_worker = false;
+    // MPFR caches its constants per thread, and a thread that ends would keep them allocated.
+    if (w != 0) mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
   };
   std::vector<std::thread> pool;
   for (Eigen::Index w = 1; w < threads; ++w) pool.emplace_back(work, w);
