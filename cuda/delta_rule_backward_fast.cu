@@ -100,31 +100,36 @@ void expose_pairs(const void* hi, const void* lo, void* out, std::size_t count, 
 }
 
 template <int C>
-void run_typed(const DeltaRuleBackwardParams& p, const FastBuffers& b, bool gradients) {
+void run_typed(const DeltaRuleBackwardParams& p, const FastBuffers& b, FastBackwardStage first, FastBackwardStage last) {
   using T = __nv_bfloat16;
   const int N = chunk_count(p.length, C), heads = p.batch * p.heads, slices = (p.value_dim + kTcSlice - 1) / kTcSlice;
   const std::string suffix = "<bf16, C=" + std::to_string(C) + ">";
   const DeltaRuleForwardParams f = forward_params(p, b, static_cast<float*>(p.final_state));
-  launch(wy_prepare_kernel<T, C>, dim3(N, heads), kPrepareThreads, prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-         p.stream, "wy_prepare_kernel" + suffix, f);
-  launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, p.stream,
-         "chunk_scan_registers_kernel<StatePass>" + suffix, f);
-  const std::size_t tokens = std::size_t(heads) * p.length;
-  expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, p.stream);
-  expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, p.stream);
-  if (!gradients) return;
-  launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, p.stream,
-         "gradient_scan_registers_kernel" + suffix, p, b);
-  launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, p.stream,
-         "chunk_gradients_kernel" + suffix, p, b);
+  const auto runs = [&](FastBackwardStage s) { return first <= s && s <= last; };
+  if (runs(FastBackwardStage::prepare)) {
+    launch(wy_prepare_kernel<T, C>, dim3(N, heads), kPrepareThreads, prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
+           p.stream, "wy_prepare_kernel" + suffix, f);
+    const std::size_t tokens = std::size_t(heads) * p.length;
+    expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, p.stream);
+    expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, p.stream);
+  }
+  if (runs(FastBackwardStage::state_pass))
+    launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, p.stream,
+           "chunk_scan_registers_kernel<StatePass>" + suffix, f);
+  if (runs(FastBackwardStage::gradient_scan))
+    launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, p.stream,
+           "gradient_scan_registers_kernel" + suffix, p, b);
+  if (runs(FastBackwardStage::chunk_gradients))
+    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, p.stream,
+           "chunk_gradients_kernel" + suffix, p, b);
 }
 
-void run(const DeltaRuleBackwardParams& p, bool gradients) {
+void run(const DeltaRuleBackwardParams& p, FastBackwardStage first, FastBackwardStage last) {
   const FastBuffers b = resolve_fast(p, nullptr);
   switch (p.chunk_size) {
-    case 16: return run_typed<16>(p, b, gradients);
-    case 32: return run_typed<32>(p, b, gradients);
-    default: return run_typed<64>(p, b, gradients);
+    case 16: return run_typed<16>(p, b, first, last);
+    case 32: return run_typed<32>(p, b, first, last);
+    default: return run_typed<64>(p, b, first, last);
   }
 }
 
@@ -142,7 +147,9 @@ std::size_t delta_rule_backward_fast_workspace_bytes(const DeltaRuleBackwardPara
   return bytes;
 }
 
-void delta_rule_backward_fast(const DeltaRuleBackwardParams& p) { run(p, true); }
-void delta_rule_backward_fast_forward(const DeltaRuleBackwardParams& p) { run(p, false); }
+void delta_rule_backward_fast(const DeltaRuleBackwardParams& p) {
+  run(p, FastBackwardStage::prepare, FastBackwardStage::chunk_gradients);
+}
+void delta_rule_backward_fast_stage(const DeltaRuleBackwardParams& p, FastBackwardStage stage) { run(p, stage, stage); }
 
 }  // namespace deltaproof::cuda

@@ -16,8 +16,11 @@ bool delta_rule_backward_uses_tensor_cores(const DeltaRuleBackwardParams& params
 // Its workspace (the intermediates left null; W and U always, as bf16 hi + lo pairs).
 std::size_t delta_rule_backward_fast_workspace_bytes(const DeltaRuleBackwardParams& params);
 
-// All four stages, and stages 1–2 alone; arguments already validated.
+// All four stages; arguments already validated.
 void delta_rule_backward_fast(const DeltaRuleBackwardParams& params);
-void delta_rule_backward_fast_forward(const DeltaRuleBackwardParams& params);
+
+// One stage alone (per-stage timing): it reads what the earlier stages left in the same workspace.
+enum class FastBackwardStage { prepare, state_pass, gradient_scan, chunk_gradients };
+void delta_rule_backward_fast_stage(const DeltaRuleBackwardParams& params, FastBackwardStage stage);
 
 }  // namespace deltaproof::cuda
