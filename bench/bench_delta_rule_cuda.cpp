@@ -27,7 +27,7 @@ constexpr int kDecodeBatch = 64;
 constexpr int kSets = 2;
 
 struct ForwardSet {
-  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state, *state_operands, *v_new_operands;
+  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state;
 };
 const std::vector<ForwardSet>& forward_sets() {
   static const std::vector<ForwardSet> sets = [] {
@@ -38,22 +38,19 @@ const std::vector<ForwardSet>& forward_sets() {
       s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
                    device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
                    device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
-                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4), device_workspace(states * (kLength / 16) * 2),
-                   device_workspace(n * 2)});
+                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4)});
     return s;
   }();
   return sets;
 }
 
-kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeline = 0) {
+kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated) {
   const ForwardSet& s = forward_sets()[size_t(set)];
   kc::DeltaRuleForwardParams p;
   p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
   p.chunk_size = C, p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
   p.log_gate = gated ? static_cast<const float*>(s.gate) : nullptr;
   p.output = s.o, p.w = s.w, p.u = s.u, p.final_state = static_cast<float*>(s.final_state);
-  p.state_operands = s.state_operands, p.v_new_operands = s.v_new_operands;  // sized for C = 16, the most chunks
-  p.pipeline = pipeline;
   return p;
 }
 
@@ -62,18 +59,16 @@ kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeli
 double forward_flops(int C) { return double(kBatch) * kHeads * kLength * (10.0 * C * kDim + 6.0 * kDim * kDim); }
 constexpr double kTensorBytes = double(kBatch) * kHeads * kLength * kDim * 2;
 
-enum class Stage { forward, prepare, scan, output };
+enum class Stage { forward, prepare, scan };
 
 void forward_benchmark(benchmark::State& state, Stage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
-  const int pipeline = static_cast<int>(state.range(2));
   time_launches(state, kSets, [&](int i) {
-    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated, pipeline);
+    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated);
     if (stage == Stage::forward) kc::delta_rule_forward(p);
     else if (stage == Stage::prepare) kc::delta_rule_wy_prepare(p);
-    else if (stage == Stage::scan) kc::delta_rule_chunk_scan(p);
-    else kc::delta_rule_chunk_output(p);
+    else kc::delta_rule_chunk_scan(p);
   });
   // Compulsory traffic of the whole forward: read q, k, v, write o.
   state.counters["bytes"] = benchmark::Counter(4 * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
@@ -83,19 +78,6 @@ void forward_benchmark(benchmark::State& state, Stage stage) {
 void BM_DeltaRuleForward(benchmark::State& state) { forward_benchmark(state, Stage::forward); }
 void BM_DeltaRuleWyPrepare(benchmark::State& state) { forward_benchmark(state, Stage::prepare); }
 void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, Stage::scan); }
-void BM_DeltaRuleChunkOutput(benchmark::State& state) { forward_benchmark(state, Stage::output); }
-
-// The scan stage at C = 64 for each value slice and scan version (tuning knobs of
-// cuda::DeltaRuleForwardParams: v1 direct loads, v2 register prefetch of the next chunk; v4 has no
-// slice knob: BM_DeltaRuleChunkScan/pipeline:4).
-void BM_DeltaRuleScanSlice(benchmark::State& state) {
-  const int slice = static_cast<int>(state.range(0)), pipeline = static_cast<int>(state.range(1));
-  time_launches(state, kSets, [&](int i) {
-    kc::DeltaRuleForwardParams p = forward_params(i, 64, false, pipeline);
-    p.value_slice = slice;
-    kc::delta_rule_chunk_scan(p);
-  });
-}
 
 // ---------------------------------------------------------------------------------------
 // Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
@@ -212,15 +194,12 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
 
 }  // namespace
 
-#define DELTA_FORWARD_ARGS(...)                                                                          \
-  ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, {__VA_ARGS__}})->UseManualTime()       \
-      ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
-BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(2, 3, 4);
-BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS(0);
-BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3, 4);
-BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
-BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2}})->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+#define DELTA_FORWARD_ARGS                                                                                     \
+  ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
+      ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
+BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS;
+BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS;
+BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS;
 #define DELTA_BACKWARD_ARGS                                                                                    \
   ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
       ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)

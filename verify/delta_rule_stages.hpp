@@ -73,7 +73,6 @@ struct ForwardResult {
 
 struct ForwardBuffers {
   DeviceTensor output, final_state, w, u, v_new, a, t, boundary;
-  DeviceTensor state_operands, v_new_operands;  // workspace of scan version 3
 };
 
 struct Units {
