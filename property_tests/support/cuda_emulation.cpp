@@ -70,7 +70,7 @@ struct Stack {
 };
 
 enum class Wait : std::uint8_t { running, block, warp, done, failed };
-enum class Collective : std::uint8_t { sync_warp, shuffle, ldmatrix, ldmatrix_trans, mma_bf16, mma_f16 };
+enum class Collective : std::uint8_t { sync_warp, shuffle, ldmatrix, ldmatrix_trans, mma_bf16, mma_f16, wmma_load, wmma_store, wmma_mma };
 
 const char* name_of(Collective op, Shuffle kind) {
   switch (op) {
@@ -79,6 +79,9 @@ const char* name_of(Collective op, Shuffle kind) {
     case Collective::ldmatrix_trans: return "ldmatrix.x4.trans";
     case Collective::mma_bf16: return "mma.sync.m16n8k16 (bf16)";
     case Collective::mma_f16: return "mma.sync.m16n8k16 (f16)";
+    case Collective::wmma_load: return "wmma::load_matrix_sync";
+    case Collective::wmma_store: return "wmma::store_matrix_sync";
+    case Collective::wmma_mma: return "wmma::mma_sync";
     default: break;
   }
   switch (kind) {
@@ -100,6 +103,13 @@ struct Lane {
   Shuffle kind = Shuffle::index;
   int operand = 0, width = kWarpSize;
   std::size_t size = 0;
+  // WMMA: the tile in memory, its leading dimension and layout, the lane's fragments (on its stack).
+  const unsigned char* tile = nullptr;
+  unsigned ldm = 0;
+  bool col_major = false;
+  WmmaElement element = WmmaElement::f32;
+  const void* fragments[3] = {};
+  void* result_fragment = nullptr;
   alignas(16) unsigned char in[48];
   alignas(16) unsigned char out[16];
 };
@@ -321,6 +331,65 @@ void complete_mma(int warp, bool bf16) {
   }
 }
 
+std::size_t size_of(WmmaElement e) { return e == WmmaElement::f32 ? 4 : 2; }
+
+// Element e of the 16×16 tile (row-major index) lives in lane e/8, slot e%8 (the emulation's choice).
+constexpr int kWmmaSlots = 8;
+
+// A warp's load_matrix_sync (to_fragment) or store_matrix_sync, every lane's fragment at once.
+void complete_wmma_transfer(int warp, bool to_fragment) {
+  Machine& m = machine();
+  const Lane& first = m.lanes[warp * kWarpSize];
+  const std::size_t size = size_of(first.element), extent = (15 * std::size_t(first.ldm) + 16) * size;
+  const std::string op = to_fragment ? "wmma::load_matrix_sync" : "wmma::store_matrix_sync";
+  if (reinterpret_cast<std::uintptr_t>(first.tile) % 32 != 0)
+    throw std::runtime_error(where_warp(warp) + op + ": the tile is not 32-byte aligned");
+  if (first.ldm < 16 || first.ldm * size % 16 != 0)
+    throw std::runtime_error(where_warp(warp) + op + ": leading dimension " + std::to_string(first.ldm) + " is not a multiple of 16 bytes ≥ 16 elements");
+  for (const unsigned char* s : m.shared)
+    if (first.tile >= s && first.tile < s + kSharedCapacity + kSharedGuard && first.tile + extent > s + m.shared_bytes)
+      throw std::runtime_error(where_warp(warp) + op + ": the tile reaches past the launch's " + std::to_string(m.shared_bytes) +
+                               " bytes of dynamic shared memory");
+  auto* tile = const_cast<unsigned char*>(first.tile);
+  for (int l = 0; l < kWarpSize; ++l) {
+    const Lane& lane = m.lanes[warp * kWarpSize + l];
+    auto* fragment = static_cast<unsigned char*>(const_cast<void*>(lane.fragments[0]));
+    for (int i = 0; i < kWmmaSlots; ++i) {
+      const int e = kWmmaSlots * l + i, r = e / 16, c = e % 16;
+      unsigned char* at = tile + (first.col_major ? std::size_t(c) * first.ldm + r : std::size_t(r) * first.ldm + c) * size;
+      if (to_fragment) std::memcpy(fragment + i * size, at, size);
+      else std::memcpy(at, fragment + i * size, size);
+    }
+  }
+}
+
+// D = A·B + C for a warp's WMMA fragments, each entry one exact 16-term sum rounded toward zero.
+void complete_wmma_mma(int warp) {
+  Machine& m = machine();
+  const bool bf16 = m.lanes[warp * kWarpSize].element == WmmaElement::bf16;
+  double a[16][16], b[16][16];  // a[row][k], b[col][k]
+  float c[16][16], d[16][16];
+  for (int l = 0; l < kWarpSize; ++l) {
+    const Lane& lane = m.lanes[warp * kWarpSize + l];
+    for (int i = 0; i < kWmmaSlots; ++i) {
+      const int e = kWmmaSlots * l + i, r = e / 16, col = e % 16;
+      std::uint16_t bits;
+      std::memcpy(&bits, static_cast<const unsigned char*>(lane.fragments[0]) + 2 * i, 2);
+      a[r][col] = value_of(bits, bf16);
+      std::memcpy(&bits, static_cast<const unsigned char*>(lane.fragments[1]) + 2 * i, 2);
+      b[col][r] = value_of(bits, bf16);  // B's element (k = r, n = col)
+      c[r][col] = static_cast<const float*>(lane.fragments[2])[i];
+    }
+  }
+  for (int r = 0; r < 16; ++r)
+    for (int col = 0; col < 16; ++col) d[r][col] = dot16_round_toward_zero(a[r], b[col], c[r][col]);
+  for (int l = 0; l < kWarpSize; ++l)
+    for (int i = 0; i < kWmmaSlots; ++i) {
+      const int e = kWmmaSlots * l + i;
+      static_cast<float*>(m.lanes[warp * kWarpSize + l].result_fragment)[i] = d[e / 16][e % 16];
+    }
+}
+
 // Every lane of the warp waits at a collective: check they wait at the same one, then compute it.
 void complete(int warp) {
   Machine& m = machine();
@@ -330,8 +399,17 @@ void complete(int warp) {
         (lanes[0].op == Collective::shuffle && (lanes[l].kind != lanes[0].kind || lanes[l].width != lanes[0].width || lanes[l].size != lanes[0].size)))
       throw std::runtime_error(where_warp(warp) + "lane 0 waits at " + name_of(lanes[0].op, lanes[0].kind) + ", lane " +
                                std::to_string(l) + " at " + name_of(lanes[l].op, lanes[l].kind) + " (divergent warp)");
+  if (lanes[0].op == Collective::wmma_load || lanes[0].op == Collective::wmma_store || lanes[0].op == Collective::wmma_mma)
+    for (int l = 1; l < kWarpSize; ++l)
+      if (lanes[l].tile != lanes[0].tile || lanes[l].ldm != lanes[0].ldm || lanes[l].col_major != lanes[0].col_major ||
+          lanes[l].element != lanes[0].element)
+        throw std::runtime_error(where_warp(warp) + name_of(lanes[0].op, lanes[0].kind) + ": lane " + std::to_string(l) +
+                                 " gives another pointer, leading dimension, layout or type than lane 0");
   switch (lanes[0].op) {
     case Collective::sync_warp: return;
+    case Collective::wmma_load: return complete_wmma_transfer(warp, true);
+    case Collective::wmma_store: return complete_wmma_transfer(warp, false);
+    case Collective::wmma_mma: return complete_wmma_mma(warp);
     case Collective::shuffle:
       for (int l = 0; l < kWarpSize; ++l) {
         const int from = source_lane(lanes[l].kind, l, lanes[l].operand, lanes[l].width);
@@ -668,10 +746,32 @@ void copy_async_wait(int pending) {
   }
 }
 
+void wmma_load(void* fragment, const void* p, unsigned ldm, bool col_major, WmmaElement element) {
+  Lane& lane = enter(Collective::wmma_load, kFullMask);
+  lane.tile = static_cast<const unsigned char*>(p), lane.ldm = ldm, lane.col_major = col_major, lane.element = element;
+  lane.fragments[0] = fragment;
+  park(Wait::warp);
+}
+
+void wmma_store(void* p, const void* fragment, unsigned ldm, bool col_major, WmmaElement element) {
+  Lane& lane = enter(Collective::wmma_store, kFullMask);
+  lane.tile = static_cast<const unsigned char*>(p), lane.ldm = ldm, lane.col_major = col_major, lane.element = element;
+  lane.fragments[0] = fragment;
+  park(Wait::warp);
+}
+
+void wmma_mma(float* d, const void* a, const void* b, const float* c, bool bf16) {
+  Lane& lane = enter(Collective::wmma_mma, kFullMask);
+  lane.tile = nullptr, lane.ldm = 0, lane.col_major = false, lane.element = bf16 ? WmmaElement::bf16 : WmmaElement::f16;
+  lane.fragments[0] = a, lane.fragments[1] = b, lane.fragments[2] = c, lane.result_fragment = d;
+  park(Wait::warp);
+}
+
 // ---------------------------------------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(std::string name, std::size_t bytes)
-    : bytes_(new unsigned char[bytes + 2 * kGuard]), size_(bytes), name_(std::move(name)) {
+DeviceBuffer::DeviceBuffer(std::string name, std::size_t bytes) : size_(bytes), name_(std::move(name)) {
+  if (bytes == 0) return;  // empty: data() is null, as for an absent optional tensor
+  bytes_.reset(new unsigned char[bytes + 2 * kGuard]);
   std::memset(bytes_.get(), kGuardByte, kGuard);
   std::memset(bytes_.get() + kGuard, kPoisonByte, bytes);
   std::memset(bytes_.get() + kGuard + bytes, kGuardByte, kGuard);

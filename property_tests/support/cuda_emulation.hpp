@@ -104,6 +104,12 @@ T shfl_down_sync(unsigned mask, T value, unsigned delta, int width = kWarpSize) 
 template <class T>
 T shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = kWarpSize) { return shuffle(Shuffle::xor_lanes, mask, value, lane_mask, width); }
 
+// WMMA (nvcuda::wmma below, m16n16k16 only): warp-collective loads, stores and products of fragments.
+enum class WmmaElement { f32, f16, bf16 };
+void wmma_load(void* fragment, const void* p, unsigned ldm, bool col_major, WmmaElement element);
+void wmma_store(void* p, const void* fragment, unsigned ldm, bool col_major, WmmaElement element);
+void wmma_mma(float* d, const void* a, const void* b, const float* c, bool bf16);
+
 // One m16n8k16 product-sum as the emulated tensor cores form it: Σ_k a_k b_k + c exactly, rounded
 // once toward zero to fp32 (±inf past the fp32 range; NaN or inf in, the IEEE result out).
 float dot16_round_toward_zero(const double (&a)[16], const double (&b)[16], float c);
@@ -114,6 +120,7 @@ float dot16_round_toward_zero(const double (&a)[16], const double (&b)[16], floa
 
 class DeviceBuffer {
  public:
+  // Zero bytes: an empty buffer whose data() is null.
   DeviceBuffer() = default;
   DeviceBuffer(std::string name, std::size_t bytes);
   DeviceBuffer(DeviceBuffer&&) noexcept = default;
@@ -158,6 +165,62 @@ Tensor write(const std::string& name, const ref::Tensor4<ref::Exact>& t, cuda::D
 ref::Tensor4<ref::Exact> read(const Tensor& t);
 
 }  // namespace deltaproof::emulation
+
+// ---------------------------------------------------------------------------------------
+// nvcuda::wmma (what <mma.h> declares only for nvcc), m16n16k16 with fp32 accumulators. The
+// mapping of tile elements to lanes is unspecified by CUDA; here lane l holds elements 8l..8l+7 of
+// the row-major tile. Every load, store and product is a warp collective that insists on one
+// pointer, leading dimension and layout for all 32 lanes, 32-byte aligned tiles and leading
+// dimensions of whole 16-byte units (the WMMA rules), inside the launch's shared memory when the
+// tile lies there.
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int m, int n, int k, class T, class Layout = void>
+struct fragment {
+  static_assert(m == 16 && n == 16 && k == 16, "the emulation has the m16n16k16 shape only");
+  static constexpr int num_elements = 8;
+  T x[num_elements];
+};
+
+template <class T>
+constexpr deltaproof::emulation::WmmaElement wmma_element_of() {
+  if constexpr (std::is_same_v<T, float>) return deltaproof::emulation::WmmaElement::f32;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return deltaproof::emulation::WmmaElement::bf16;
+  else {
+    static_assert(std::is_same_v<T, __half>, "WMMA elements: float, __half, __nv_bfloat16");
+    return deltaproof::emulation::WmmaElement::f16;
+  }
+}
+
+template <class Use, class T, class Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+  static_assert(!std::is_void_v<Layout>, "an accumulator load names its layout");
+  deltaproof::emulation::wmma_load(f.x, p, ldm, std::is_same_v<Layout, col_major>, wmma_element_of<T>());
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t layout) {
+  deltaproof::emulation::wmma_load(f.x, p, ldm, layout == mem_col_major, wmma_element_of<float>());
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t layout) {
+  deltaproof::emulation::wmma_store(p, f.x, ldm, layout == mem_col_major, wmma_element_of<float>());
+}
+template <class Use, class T, class Layout, class V>
+void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, const V& value) {
+  for (T& x : f.x) x = T(value);
+}
+template <class T, class LayoutA, class LayoutB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
+  deltaproof::emulation::wmma_mma(d.x, a.x, b.x, c.x, std::is_same_v<T, __nv_bfloat16>);
+}
+
+}  // namespace nvcuda::wmma
 
 // ---------------------------------------------------------------------------------------
 // The CUDA built-ins the kernel source uses, mapped onto the machine.
