@@ -771,7 +771,7 @@ void wmma_mma(float* d, const void* a, const void* b, const float* c, bool bf16)
 
 DeviceBuffer::DeviceBuffer(std::string name, std::size_t bytes) : size_(bytes), name_(std::move(name)) {
   if (bytes == 0) return;  // empty: data() is null, as for an absent optional tensor
-  bytes_.reset(new unsigned char[bytes + 2 * kGuard]);
+  bytes_.reset(static_cast<unsigned char*>(::operator new[](bytes + 2 * kGuard, std::align_val_t(kGuard))));
   std::memset(bytes_.get(), kGuardByte, kGuard);
   std::memset(bytes_.get() + kGuard, kPoisonByte, bytes);
   std::memset(bytes_.get() + kGuard + bytes, kGuardByte, kGuard);
