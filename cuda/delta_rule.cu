@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace deltaproof::cuda {
 namespace {
@@ -84,6 +85,11 @@ void validate(const DeltaRuleForwardParams& p) {
   require_optional(p.wy_inverse, "wy_inverse");
   require_optional(p.v_new, "v_new");
   require_optional(p.boundary_states, "boundary_states");
+  for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w_lo, "w_lo"}, {p.u_lo, "u_lo"}}) {
+    if (pointer == nullptr) continue;
+    require_argument(p.dtype != DType::f32, name, "is for 16-bit inputs only (fp32 W and U are stored exactly)");
+    require_data(pointer, p.dtype, name);
+  }
 }
 
 template <class Kernel>

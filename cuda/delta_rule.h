@@ -46,6 +46,11 @@ struct DeltaRuleForwardParams {
   void* w = nullptr;             // [B, H, L, DK] dtype: W, written by stage 1, read by stage 2 (required)
   void* u = nullptr;             // [B, H, L, DV] dtype: U, likewise (required)
 
+  // Optional: the residuals of W's and U's roundings, stored in the dtype (x = w + w_lo to about 16 bits
+  // for bf16; 16-bit inputs only). The backward's own forward asks for them.
+  void* w_lo = nullptr;  // [B, H, L, DK] dtype
+  void* u_lo = nullptr;  // [B, H, L, DV] dtype
+
   // Optional intermediates for stage tests (null: not written).
   float* wy_system = nullptr;        // [B, H, N, C, C] fp32: A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)
   float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹ (rows past a partial chunk: identity)
