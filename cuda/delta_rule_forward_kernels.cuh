@@ -187,7 +187,7 @@ __device__ __forceinline__ void chunk_prefix_sums(float& lo, float& hi, int lane
 // Loads the fp32 log-gates of one chunk and forms their in-chunk cumulative sums G_i = Σ_{t≤i} g_t
 // (zero for DeltaNet and past the end of a partial chunk, where g is taken as 0). Warp 0 only;
 // the caller's barrier publishes the result.
-__device__ void load_cumulative_gates(float* cumulative, const float* log_gate, int size, int chunk_size) {
+__device__ inline void load_cumulative_gates(float* cumulative, const float* log_gate, int size, int chunk_size) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   float lo = (log_gate != nullptr && lane < size) ? log_gate[lane] : 0.0f;
