@@ -37,12 +37,6 @@ using ref::Exact;
 
 DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the test kernels' extern __shared__
 
-#if defined(__x86_64__)
-#define DELTAPROOF_REQUIRE_X86_64()
-#else
-#define DELTAPROOF_REQUIRE_X86_64() GTEST_SKIP() << "the emulation's context switch is x86-64 only"
-#endif
-
 // ---------------------------------------------------------------------------------------
 // The reference arithmetic: x rounded toward zero to fp32 (±inf from 2^128 up), independently of
 // the emulation's TwoSum and fixed-point sums.
@@ -273,7 +267,7 @@ TEST(TensorCoreEmulation, Dot16IsTheExactSumTruncated) {
 // The three mma.sync forms of the kernels, bf16 and fp16, one k block and several, 128 and 256
 // threads: bit for bit the plain product (small integers) and the chained exact-then-truncated one.
 TEST(TensorCoreEmulation, GemmsInTheKernelsFormsAreExact) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   check_form<__nv_bfloat16, Form::w_equals_t_k>(32, 32, 48, 1);
   check_form<__half, Form::w_equals_t_k>(64, 16, 16, 2);
   check_form<__nv_bfloat16, Form::p_equals_q_kt>(32, 48, 32, 3);
@@ -284,7 +278,7 @@ TEST(TensorCoreEmulation, GemmsInTheKernelsFormsAreExact) {
 
 // Each planted mistake changes the product or stops the launch.
 TEST(TensorCoreEmulation, PlantedMistakesAreCaught) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   using T = __nv_bfloat16;
   constexpr int M = 32, N = 32, K = 32;
   std::mt19937_64 engine(21);
@@ -323,7 +317,7 @@ __global__ void wmma_kernel(const T* a, const T* b, float* c, int lda, int ldb) 
 }
 
 TEST(TensorCoreEmulation, WmmaIsExact) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   using T = __nv_bfloat16;
   namespace wmma = nvcuda::wmma;
   std::mt19937_64 engine(31);
@@ -394,7 +388,7 @@ __global__ void shuffle_kernel(int* out, int width) {
 }
 
 TEST(TensorCoreEmulation, ShufflesFollowTheirDefinitions) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   for (int width : {32, 16, 8, 4}) {
     std::vector<int> out(64 * 4);
     emulation::launch(Launch{dim3(1), dim3(64)}, shuffle_kernel, out.data(), width);
@@ -428,7 +422,7 @@ __global__ void builtins_kernel(unsigned* out) {
 
 // 1024 threads in a 3-D block, a 2-D grid, dynamic shared memory: every index seen once.
 TEST(TensorCoreEmulation, BuiltinsAndBlockBarrierAtTheLargestBlock) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   std::vector<unsigned> out(6 * 1024);
   emulation::launch(Launch{dim3(3, 2), dim3(16, 16, 4), 1024 * 4, ThreadOrder::shuffled, 3}, builtins_kernel, out.data());
   for (unsigned block = 0; block < 6; ++block)
@@ -454,7 +448,7 @@ __global__ void misuse_kernel(int what) {
 }
 
 TEST(TensorCoreEmulation, MisusedPrimitivesStopTheLaunch) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   for (int what = 0; what < 8; ++what) {
     try {
       emulation::launch(Launch{dim3(1), dim3(64), 1024}, misuse_kernel, what);
@@ -480,7 +474,7 @@ __global__ void racy_kernel(int* out) {
 }
 
 TEST(TensorCoreEmulation, ThreadOrdersExposeARace) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   int ascending = -1, descending = -1;
   emulation::launch(Launch{dim3(1), dim3(32), 64, ThreadOrder::ascending}, racy_kernel, &ascending);
   emulation::launch(Launch{dim3(1), dim3(32), 64, ThreadOrder::descending}, racy_kernel, &descending);

@@ -69,6 +69,13 @@ void launch(const Launch& config, void (*kernel)(Params...), const Args&... args
   launch(config, std::function<void()>([&] { kernel(args...); }));
 }
 
+// In a GoogleTest body: skipped where the emulation cannot run (its context switch is x86-64 only).
+#if defined(__x86_64__)
+#define DELTAPROOF_EMULATION_REQUIRE_X86_64()
+#else
+#define DELTAPROOF_EMULATION_REQUIRE_X86_64() GTEST_SKIP() << "the emulation's context switch is x86-64 only"
+#endif
+
 // Places the kernels' `extern __shared__ unsigned char NAME[]` in the current namespace: the
 // capacity plus the guard, handed to the machine, which poisons and checks it around every block.
 #define DELTAPROOF_EMULATION_SHARED_MEMORY(name)                                                             \
