@@ -171,16 +171,10 @@ std::string worst_per_stage(const std::vector<Comparison>& rows) {
   return text;
 }
 
-#if defined(__x86_64__)
-#define DELTAPROOF_REQUIRE_X86_64()
-#else
-#define DELTAPROOF_REQUIRE_X86_64() GTEST_SKIP() << "the emulation's context switch is x86-64 only"
-#endif
-
 // Every stage (A, T, W, U, V̄, S_[c], final state, O) of every case within the GPU suite's bound,
 // each block's threads (and the blocks) in a shuffled order.
 TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracle) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   for (const DeltaCase& c : forward_cases()) {
     const auto start = std::chrono::steady_clock::now();
     const HostInputs in = make_inputs(c);
@@ -195,7 +189,7 @@ TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracle) {
 // DESIGN.md's accuracy inputs (normalized keys, sigmoid β, gates near 1) at a reduced shape: the
 // stage checks again, on values that are not small integers.
 TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracleOnDesignInputs) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   for (bool gated : {false, true}) {
     DeltaCase c;
     c.gated = gated, c.dtype = gated ? DType::f16 : DType::bf16, c.length = 100, c.chunk = 64, c.key_dim = 64, c.value_dim = 64;
@@ -210,7 +204,7 @@ TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracleOnDesignInputs) {
 // The same bits whatever order the threads (and blocks) run in between barriers: no result depends
 // on a race, cp.async copies and their waits included.
 TEST(DeltaRuleForwardCpuEmulation, ResultsDoNotDependOnThreadOrder) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   const std::vector<DeltaCase> cases = forward_cases();
   for (const DeltaCase& c : {cases[3], cases[6]}) {
     const HostInputs in = make_inputs(c);
@@ -229,7 +223,7 @@ TEST(DeltaRuleForwardCpuEmulation, ResultsDoNotDependOnThreadOrder) {
 // Bugs planted in the kernels' tensor-core calls: the stage checks (or the emulation itself) must
 // reject each. The case: gated bf16, two chunks and a partial one, S_0, DK = 32, DV = 24.
 TEST(DeltaRuleForwardCpuEmulation, PlantedBugsAreCaught) {
-  DELTAPROOF_REQUIRE_X86_64();
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
   DeltaCase c;
   c.gated = true, c.length = 2 * 32 + 3, c.chunk = 32, c.key_dim = 32, c.value_dim = 24, c.with_initial_state = true;
   c.heads = 2, c.seed = 808;

@@ -153,16 +153,15 @@ std::map<const unsigned char*, std::size_t>& device_buffers() {
   return buffers;
 }
 
-std::string where(int thread) {
-  const Machine& m = machine();
-  return "emulated block (" + std::to_string(m.block.x) + "," + std::to_string(m.block.y) + "," + std::to_string(m.block.z) +
-         ") thread " + std::to_string(thread) + " (warp " + std::to_string(thread / kWarpSize) + ", lane " +
-         std::to_string(thread % kWarpSize) + "): ";
+// The prefixes of error messages: the block, a warp of it, a thread of it.
+std::string where_block() {
+  const uint3 b = machine().block;
+  return "emulated block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) + ")";
 }
-std::string where_warp(int warp) {
-  const Machine& m = machine();
-  return "emulated block (" + std::to_string(m.block.x) + "," + std::to_string(m.block.y) + "," + std::to_string(m.block.z) +
-         ") warp " + std::to_string(warp) + ": ";
+std::string where_warp(int warp) { return where_block() + " warp " + std::to_string(warp) + ": "; }
+std::string where(int thread) {
+  return where_block() + " thread " + std::to_string(thread) + " (warp " + std::to_string(thread / kWarpSize) + ", lane " +
+         std::to_string(thread % kWarpSize) + "): ";
 }
 
 Machine& in_kernel() {
@@ -492,7 +491,7 @@ void run_block(const std::vector<int>& order) {
       release(Wait::block, 0, m.threads);
       continue;
     }
-    throw std::runtime_error(where_warp(0) + "the block deadlocked");
+    throw std::runtime_error(where_block() + ": deadlocked");
   }
   for (int t = 0; t < m.threads; ++t)
     if (!m.copies[t].idle()) throw std::runtime_error(where(t) + "cp.async copies issued and never waited for");
@@ -613,7 +612,7 @@ void launch(const Launch& c, const std::function<void()>& kernel) {
     run_block(order);
     for (const unsigned char* s : m.shared)
       if (std::any_of(s + c.shared_bytes, s + kSharedCapacity + kSharedGuard, [](unsigned char x) { return x != kSharedGuardByte; }))
-        throw std::runtime_error(where_warp(0) + "a write past the launch's " + std::to_string(c.shared_bytes) +
+        throw std::runtime_error(where_block() + ": a write past the launch's " + std::to_string(c.shared_bytes) +
                                  " bytes of dynamic shared memory");
   }
 }
@@ -771,7 +770,7 @@ void wmma_mma(float* d, const void* a, const void* b, const float* c, bool bf16)
 
 DeviceBuffer::DeviceBuffer(std::string name, std::size_t bytes) : size_(bytes), name_(std::move(name)) {
   if (bytes == 0) return;  // empty: data() is null, as for an absent optional tensor
-  bytes_.reset(new unsigned char[bytes + 2 * kGuard]);
+  bytes_.reset(static_cast<unsigned char*>(::operator new[](bytes + 2 * kGuard, std::align_val_t(kGuard))));
   std::memset(bytes_.get(), kGuardByte, kGuard);
   std::memset(bytes_.get() + kGuard, kPoisonByte, bytes);
   std::memset(bytes_.get() + kGuard + bytes, kGuardByte, kGuard);

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -67,6 +68,13 @@ template <class... Params, class... Args>
 void launch(const Launch& config, void (*kernel)(Params...), const Args&... args) {
   launch(config, std::function<void()>([&] { kernel(args...); }));
 }
+
+// In a GoogleTest body: skipped where the emulation cannot run (its context switch is x86-64 only).
+#if defined(__x86_64__)
+#define DELTAPROOF_EMULATION_REQUIRE_X86_64()
+#else
+#define DELTAPROOF_EMULATION_REQUIRE_X86_64() GTEST_SKIP() << "the emulation's context switch is x86-64 only"
+#endif
 
 // Places the kernels' `extern __shared__ unsigned char NAME[]` in the current namespace: the
 // capacity plus the guard, handed to the machine, which poisons and checks it around every block.
@@ -115,8 +123,8 @@ void wmma_mma(float* d, const void* a, const void* b, const float* c, bool bf16)
 float dot16_round_toward_zero(const double (&a)[16], const double (&b)[16], float c);
 
 // ---------------------------------------------------------------------------------------
-// Host memory standing in for a device allocation: NaN-poisoned, fenced by guard bytes, and known
-// to cp.async as a valid source.
+// Host memory standing in for a device allocation: 256-byte aligned (as cudaMalloc's), NaN-poisoned,
+// fenced by guard bytes, and known to cp.async as a valid source.
 
 class DeviceBuffer {
  public:
@@ -137,11 +145,14 @@ class DeviceBuffer {
   // The guard byte just before the data (for tests of the check itself).
   unsigned char& front_guard() { return bytes_[kGuard - 1]; }
 
-  static constexpr std::size_t kGuard = 256;
+  static constexpr std::size_t kGuard = 256;  // also the alignment
   static constexpr unsigned char kGuardByte = 0x5A;
 
  private:
-  std::unique_ptr<unsigned char[]> bytes_;
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t(kGuard)); }
+  };
+  std::unique_ptr<unsigned char[], AlignedDelete> bytes_;
   std::size_t size_ = 0;
   std::string name_;
 };
