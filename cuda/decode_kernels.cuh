@@ -181,7 +181,7 @@ struct RowSlice {
     live = row < p.value_dim;
   }
   // Whether any row of this warp exists (warp-uniform: a warp without rows may leave at once).
-  __device__ bool warp_has_rows(const DecodeView& p) const { return row - (threadIdx.x % 32) / kLanes < p.value_dim; }
+  __device__ bool warp_has_rows(const DecodeView& p) const { return row - int(threadIdx.x % 32) / kLanes < p.value_dim; }
 
   __device__ std::int64_t offset(const Strides& s, std::int64_t i) const { return b * s.batch + h * s.head + i * s.row; }
   __device__ static int column(int part, int j) { return 4 * (part + kLanes * j); }
