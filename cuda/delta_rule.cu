@@ -93,12 +93,12 @@ void validate(const DeltaRuleForwardParams& p) {
   }
 }
 
-template <class Kernel>
+template <class Kernel, class... Args>
 void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const std::string& name,
-            const DeltaRuleForwardParams& p) {
+            const Args&... args) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "shared-memory size of " + name);
-  kernel<<<grid, threads, smem, stream>>>(p);
+  kernel<<<grid, threads, smem, stream>>>(args...);
   check_launch(name);
 }
 
@@ -145,7 +145,7 @@ void scan_typed(const DeltaRuleForwardParams& p) {
     constexpr std::size_t smem = tc_scan_layout(C).bytes;
     const dim3 grid((p.value_dim + kTcSlice - 1) / kTcSlice, p.batch * p.heads);
     launch(chunk_scan_registers_kernel<T, C>, grid, kTcScanThreads, smem, p.stream,
-           "chunk_scan_registers_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+           "chunk_scan_registers_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p, StatePassOutputs{});
   } else {
     switch (fitting_slice(p, sizeof(T), C)) {
       case 16: return fallback_scan<T, C, 16>(p);

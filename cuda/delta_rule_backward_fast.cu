@@ -1,9 +1,9 @@
 // DeltaNet / Gated DeltaNet backward on tensor cores (bf16 inputs, DK and DV ≤ 128 and multiples of 8,
 // 16-byte aligned rows), host side. Four launches:
 //   1. wy_prepare_kernel (the forward's), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
-//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ in
-//      fp32 with W, U, S and the update's V̄ entering the tensor cores as hi + lo;
-//   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1], chunks in reverse;
+//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ as
+//      the hi + lo pairs that W, U, S and the update's V̄ also enter the tensor cores as;
+//   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1] (as pairs), chunks in reverse;
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg for every chunk at once.
 // Every other input takes delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
@@ -26,9 +26,9 @@ constexpr std::size_t kAlignment = 256;
 std::size_t aligned(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 bool aligned_to(const void* pointer, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0; }
 
-// The intermediates the caller did not give, carved out of the workspace in a fixed order (fp32 ones given
-// by the caller are used in place; W and U are bf16 pairs here, so they always live in the workspace and are
-// copied out in fp32, hi + lo exactly, when the caller asks for them).
+// The intermediates, carved out of the workspace in a fixed order: T (fp32) in the caller's buffer when given;
+// W, U and the pairs that stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace, and copied out in
+// fp32 (hi + lo, exactly) when the caller asks for them.
 FastBuffers resolve_fast(const DeltaRuleBackwardParams& p, std::size_t* bytes) {
   const std::size_t heads = std::size_t(p.batch) * p.heads, L = p.length, C = p.chunk_size;
   const std::size_t N = (L + C - 1) / C, DK = p.key_dim, DV = p.value_dim;
@@ -42,14 +42,12 @@ FastBuffers resolve_fast(const DeltaRuleBackwardParams& p, std::size_t* bytes) {
   };
   FastBuffers b{};
   b.wy_inverse = static_cast<float*>(take(p.wy_inverse, N * C * C, 4));
-  b.w = take(nullptr, L * DK, 2);
-  b.w_lo = take(nullptr, L * DK, 2);
-  b.u = take(nullptr, L * DV, 2);
-  b.u_lo = take(nullptr, L * DV, 2);
-  b.boundary_states = static_cast<float*>(take(p.boundary_states, N * DV * DK, 4));
-  b.v_new = static_cast<float*>(take(p.v_new, L * DV, 4));
-  b.d_v_new = static_cast<float*>(take(p.d_v_new, L * DV, 4));
-  b.state_gradients = static_cast<float*>(take(p.state_gradients, N * DV * DK, 4));
+  b.w = take(nullptr, L * DK, 2), b.w_lo = take(nullptr, L * DK, 2);
+  b.u = take(nullptr, L * DV, 2), b.u_lo = take(nullptr, L * DV, 2);
+  b.state_pass.s_hi = take(nullptr, N * DV * DK, 2), b.state_pass.s_lo = take(nullptr, N * DV * DK, 2);
+  b.state_pass.v_hi = take(nullptr, L * DV, 2), b.state_pass.v_lo = take(nullptr, L * DV, 2);
+  b.d_v_new_hi = take(nullptr, L * DV, 2), b.d_v_new_lo = take(nullptr, L * DV, 2);
+  b.state_gradients_hi = take(nullptr, N * DV * DK, 2), b.state_gradients_lo = take(nullptr, N * DV * DK, 2);
   b.gate_sums = static_cast<float*>(p.gate_sums);
   b.d_w = static_cast<float*>(p.d_w);
   b.wy_system_adjoint = static_cast<float*>(p.wy_system_adjoint);
@@ -71,8 +69,6 @@ DeltaRuleForwardParams forward_params(const DeltaRuleBackwardParams& p, const Fa
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo;
   f.wy_system = static_cast<float*>(p.wy_system);
   f.wy_inverse = b.wy_inverse;
-  f.v_new = b.v_new;
-  f.boundary_states = b.boundary_states;
   f.stream = p.stream;
   return f;
 }
@@ -113,12 +109,19 @@ void run_typed(const DeltaRuleBackwardParams& p, const FastBuffers& b, FastBackw
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, p.stream);
     expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, p.stream);
   }
-  if (runs(FastBackwardStage::state_pass))
+  const std::size_t states = std::size_t(heads) * N * p.value_dim * p.key_dim, values = std::size_t(heads) * p.length * p.value_dim;
+  if (runs(FastBackwardStage::state_pass)) {
     launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, p.stream,
-           "chunk_scan_registers_kernel<StatePass>" + suffix, f);
-  if (runs(FastBackwardStage::gradient_scan))
+           "chunk_scan_registers_kernel<StatePass>" + suffix, f, b.state_pass);
+    expose_pairs(b.state_pass.s_hi, b.state_pass.s_lo, p.boundary_states, states, p.stream);
+    expose_pairs(b.state_pass.v_hi, b.state_pass.v_lo, p.v_new, values, p.stream);
+  }
+  if (runs(FastBackwardStage::gradient_scan)) {
     launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, p.stream,
            "gradient_scan_registers_kernel" + suffix, p, b);
+    expose_pairs(b.state_gradients_hi, b.state_gradients_lo, p.state_gradients, states, p.stream);
+    expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, values, p.stream);
+  }
   if (runs(FastBackwardStage::chunk_gradients))
     launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, p.stream,
            "chunk_gradients_kernel" + suffix, p, b);
@@ -138,7 +141,8 @@ void run(const DeltaRuleBackwardParams& p, FastBackwardStage first, FastBackward
 bool delta_rule_backward_uses_tensor_cores(const DeltaRuleBackwardParams& p) {
   return p.dtype == DType::bf16 && p.key_dim <= kTcKeys && p.value_dim <= kTcKeys && p.key_dim % 8 == 0 &&
          p.value_dim % 8 == 0 && aligned_to(p.q, 16) && aligned_to(p.k, 16) && aligned_to(p.v, 16) &&
-         aligned_to(p.d_output, 16) && aligned_to(p.dq, 4) && aligned_to(p.dk, 4) && aligned_to(p.dv, 4);
+         aligned_to(p.d_output, 16) && aligned_to(p.dq, 4) && aligned_to(p.dk, 4) && aligned_to(p.dv, 4) &&
+         aligned_to(p.wy_inverse, 16);  // stage 4 reads T in 16-byte vectors
 }
 
 std::size_t delta_rule_backward_fast_workspace_bytes(const DeltaRuleBackwardParams& p) {

@@ -612,10 +612,14 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 // StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
 // operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
 // (W_hi Sᵀ_hi + W_hi Sᵀ_lo + W_lo Sᵀ_hi), and the update's diag(γ_C/γ) V̄ as hi + lo (two products) — with
-// S_[c] and V̄ written in fp32 (boundary_states, v_new: required). Q's buffer holds W_lo, and the two V̄
-// buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+// S_[c] and V̄ written as the hi + lo pairs the chunk-gradient kernel reads (`pairs`, required). Q's buffer
+// holds W_lo, and the two V̄ buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+struct StatePassOutputs {
+  void *s_hi, *s_lo;  // [B, H, N, DV, DK] dtype: S_[c] = s_hi + s_lo, as the tensor cores see it
+  void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
+};
 template <class T, int C, bool StatePass = false>
-__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(DeltaRuleForwardParams p) {
+__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(DeltaRuleForwardParams p, StatePassOutputs pairs) {
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
@@ -704,7 +708,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         split_pair<T>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
         *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = hi;
         *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = lo;
-        if (p.boundary_states && v0 + r < DV && c < DK) {
+        if constexpr (StatePass) {
+          if (v0 + r < DV && c < DK) {  // DK is a multiple of 8: a pair never straddles the end of a row
+            const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
+            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_hi) + at) = hi;
+            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_lo) + at) = lo;
+          }
+        } else if (p.boundary_states && v0 + r < DV && c < DK) {
           float* dst = p.boundary_states + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
           dst[0] = S[n][2 * half];
           if (c + 1 < DK) dst[1] = S[n][2 * half + 1];
@@ -774,12 +784,17 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         for (int n = 0; n < kOutTiles; ++n) {
           const int c = out_col0 + 8 * n + 2 * t;
           const float x0 = V[n][2 * half], x1 = V[n][2 * half + 1];
-          if (p.v_new && r < size && v0 + c < DV) {
+          if (!StatePass && p.v_new && r < size && v0 + c < DV) {
             float* dst = p.v_new + (token0 + r) * DV + v0 + c;
             dst[0] = x0, dst[1] = x1;
           }
           if constexpr (StatePass) {  // the update's operand diag(γ_C/γ) V̄ as hi + lo (the same positions this lane read)
             unsigned hi, lo;
+            if (r < size && v0 + c < DV) {  // V̄ itself as a pair for the chunk gradients
+              split_pair<T>(x0, x1, hi, lo);
+              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_hi) + (token0 + r) * DV + v0 + c) = hi;
+              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_lo) + (token0 + r) * DV + v0 + c) = lo;
+            }
             split_pair<T>(gated ? x0 * decay : x0, gated ? x1 * decay : x1, hi, lo);
             *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = hi;
             *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = lo;

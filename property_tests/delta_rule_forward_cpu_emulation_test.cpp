@@ -92,7 +92,7 @@ void run_kernels(const cuda::DeltaRuleForwardParams& p, ThreadOrder order, std::
                     fk::wy_prepare_kernel<T, C>, p);
   emulation::launch({dim3((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice, heads), dim3(fk::kTcScanThreads),
                      fk::tc_scan_layout(C).bytes, order, seed + 1},
-                    fk::chunk_scan_registers_kernel<T, C>, p);
+                    fk::chunk_scan_registers_kernel<T, C>, p, fk::StatePassOutputs{});
 }
 
 // The forward on the emulated machine, every intermediate read back exactly (an entry never

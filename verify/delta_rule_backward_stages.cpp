@@ -491,7 +491,7 @@ BackwardBuffers allocate_backward(const DeltaCase& c, bool intermediates, bool f
   f.d_initial_state = dt::allocate(acc, B, H, DV, DK);
   if (intermediates) {
     f.gate_sums = dt::allocate(acc, B, H, L, 1);
-    f.d_gate_sums = dt::allocate(acc, B, H, L, 1);
+    if (c.gated) f.d_gate_sums = dt::allocate(acc, B, H, L, 1);
     f.a = dt::allocate(acc, B, H, N * C, C);
     f.t = dt::allocate(acc, B, H, N * C, C);
     f.scores = dt::allocate(acc, B, H, N * C, C);
@@ -554,9 +554,10 @@ BackwardResult run_backward(const DeltaCase& c, const HostInputs& in, const Cota
   BackwardBuffers f = allocate_backward(c, intermediates);
   const cuda::DeltaRuleBackwardParams p = backward_params(c, d, f);
   cuda::delta_rule_backward(p);
+  const bool tensor_cores = cuda::delta_rule_backward_uses_tensor_cores(p);
+  if (tensor_cores) f.scores = DeviceTensor();  // P stays in registers there: nothing to read back
   BackwardResult r = read_back(c, f);
-  r.tensor_cores = cuda::delta_rule_backward_uses_tensor_cores(p);
-  if (r.tensor_cores) r.scores = Tensor4<Exact>();  // never written there
+  r.tensor_cores = tensor_cores;
   return r;
 }
 
