@@ -1,9 +1,9 @@
 // Decode kernels of both families (the token recurrence over T new tokens, fp32 state in and out,
 // fp64 for fp64 linear attention): a stream of the state through registers, built to run at the
-// memory roofline (NOTES.md, NOTES_delta.md: decode v3). Launched by delta_rule.cu (DeltaNet, Gated
-// DeltaNet) and linear_attention_kernels.cuh (linear attention); also compiled by the CPU emulation
-// (property_tests/decode_cpu_emulation_test.cpp), so nothing here may depend on more than it offers:
-// threads, warp shuffles, plain loads and stores.
+// memory roofline (cuda/NOTES.md: linear decode v3; cuda/NOTES_delta.md: DeltaNet decode v2).
+// Launched by delta_rule.cu (DeltaNet, Gated DeltaNet) and linear_attention_kernels.cuh (linear
+// attention); also compiled by the CPU emulation (property_tests/decode_cpu_emulation_test.cpp), so
+// nothing here may depend on more than it offers: threads, warp shuffles, plain loads and stores.
 //
 // Both recurrences are row-local: row r of S_t needs only row r of S_{t-1}, v_t[r] and the token's
 // k_t, q_t (and β_t, α_t). So a *group* of kLanes consecutive lanes owns one state row, each lane
@@ -12,11 +12,12 @@
 // whole 128-byte lines at kLanes = 8, as 16-byte accesses; each lane has all its kVectors loads in
 // flight before it uses any. A row's dot product (S k, S q) is each lane's sum over its columns in
 // that order, then a butterfly over the group (log2 kLanes shuffles instead of 5, and every lane of
-// the group ends with the same bits: a + b == b + a). The summation tree changes with kLanes, but
-// its depth stays below DK, the depth the decode bounds already allow (verify/delta_rule_stages.cpp,
-// verify/linear_attention_kernel_bound.hpp), so no bound changes; every run sums in the same order.
-// The updated state goes out as soon as the last token has updated it, before that token's output
-// reduction.
+// the group ends with the same bits: a + b == b + a). The summation tree changes with kLanes, but no
+// product passes through more than DK roundings (each merges in at least one more of the DK terms;
+// the zero columns past DK add exactly), the depth the decode bounds already allow
+// (verify/delta_rule_stages.cpp, verify/linear_attention_kernel_bound.hpp): no bound changes, and
+// every run sums in the same order. The updated state goes out as soon as the last token has updated
+// it, before that token's output reduction.
 #pragma once
 
 #include "cuda/delta_rule.h"
