@@ -167,6 +167,22 @@ struct alignas(4 * sizeof(T)) Run {
   T x[4];
 };
 
+// One 16-byte store per run of fp32 (two for fp64), as the instruction itself: written as a float4
+// store, nvcc split one of the four runs into four 4-byte stores (the other three stayed whole).
+template <class A>
+__device__ __forceinline__ void store_run(A* p, const Run<A>& r) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  *reinterpret_cast<Run<A>*>(p) = r;
+#else
+  if constexpr (std::is_same_v<A, float>) {
+    __stwb(reinterpret_cast<float4*>(p), make_float4(r.x[0], r.x[1], r.x[2], r.x[3]));
+  } else {
+    __stwb(reinterpret_cast<double2*>(p), make_double2(r.x[0], r.x[1]));
+    __stwb(reinterpret_cast<double2*>(p) + 1, make_double2(r.x[2], r.x[3]));
+  }
+#endif
+}
+
 // This thread's place: (batch, head), its state row, and its part of that row.
 template <int kLanes, int kVectors, bool kVector>
 struct RowSlice {
@@ -217,7 +233,7 @@ struct RowSlice {
     for (int j = 0; j < kVectors; ++j) {
       const int c = column(part, j);
       if constexpr (kVector) {
-        if (c < p.key_dim) *reinterpret_cast<Run<A>*>(out + c) = s[j];
+        if (c < p.key_dim) store_run(out + c, s[j]);
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
