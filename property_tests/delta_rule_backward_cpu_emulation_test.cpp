@@ -296,7 +296,7 @@ struct EmulatedBuffers {
 };
 
 template <class T, int C>
-void run_stages(const cuda::DeltaRuleBackwardParams& p, const bk::Buffers& b, emulation::Schedule schedule, std::uint64_t seed) {
+void run_stages(const cuda::delta_rule::BackwardStageParams& p, const bk::Buffers& b, emulation::Schedule schedule, std::uint64_t seed) {
   std::vector<int> order(emulation::kBlockThreads);
   std::iota(order.begin(), order.end(), 0);
   if (schedule == emulation::Schedule::descending) std::reverse(order.begin(), order.end());
@@ -339,8 +339,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.boundary = Buffer("boundary_states", acc, B, H, N * DV, DK), m.state_gradients = Buffer("state_gradients", acc, B, H, N * DV, DK);
   m.output = Buffer("output", d, B, H, L, DV), m.final_state = Buffer("final_state", acc, B, H, DV, DK);
 
-  cuda::DeltaRuleBackwardParams p;
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data(), p.d_output = m.d_output.data();
   p.log_gate = c.gated ? m.log_gate.data() : nullptr;
   p.initial_state = m.initial_state.data(), p.d_final_state = m.d_final_state.data();
