@@ -21,6 +21,7 @@
 #pragma once
 
 #include "cuda/delta_rule.h"
+#include "cuda/layout.hpp"
 #include "cuda/linear_attention.h"
 
 #include <cuda_bf16.h>
@@ -42,13 +43,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMinBlocksPerSm = 4;
 
-// Where entry (b, h, i, j) of a tensor lives: base + b·batch + h·head + i·row + j (elements).
-struct Strides {
-  std::int64_t batch = 0, head = 0, row = 0;
-};
-
-// One decode launch, whatever the family: every tensor with its strides. Rows of q, k, v, output,
-// beta and log_gate are tokens; rows of the states are value indices.
+// One decode launch, whatever the family: every tensor with its strides (cuda/layout.hpp). Rows of q,
+// k, v, output, beta and log_gate are tokens; rows of the states are value indices.
 struct DecodeView {
   const void* q = nullptr;              // [B, H, T, DK]
   const void* k = nullptr;              // [B, H, T, DK]
@@ -63,29 +59,17 @@ struct DecodeView {
   bool vector = false;  // runs of 4 columns as one access (set_vector_access decides)
 };
 
-// DeltaNet's addressing, in one place: every tensor packed (cuda/delta_rule.h's layouts).
-inline DecodeView view_of(const DeltaRuleDecodeParams& p) {
-  const std::int64_t H = p.heads, T = p.tokens, DK = p.key_dim, DV = p.value_dim;
+// Both families' addressing, in one place: their DecodeParams name the shared tensors alike, and
+// DeltaNet's adds β and g.
+template <class Params>
+DecodeView view_of(const Params& p) {
   DecodeView v;
-  v.q = p.q, v.k = p.k, v.v = p.v, v.output = p.output, v.beta = p.beta, v.log_gate = p.log_gate;
-  v.initial_state = p.initial_state, v.final_state = p.final_state;
-  v.q_s = v.k_s = {H * T * DK, T * DK, DK};
-  v.v_s = v.output_s = {H * T * DV, T * DV, DV};
-  v.beta_s = v.gate_s = {H * T, T, 1};
-  v.initial_s = v.final_s = {H * DV * DK, DV * DK, DK};
-  v.batch = p.batch, v.heads = p.heads, v.tokens = p.tokens, v.key_dim = p.key_dim, v.value_dim = p.value_dim;
-  return v;
-}
-
-// Linear attention's addressing: its DecodeParams carries the strides already.
-inline DecodeView view_of(const linear_attention::DecodeParams& p) {
-  const auto strides = [](const linear_attention::Strides& s) { return Strides{s.batch, s.head, s.row}; };
-  DecodeView v;
-  v.q = p.q, v.k = p.k, v.v = p.v, v.output = p.output;
-  v.initial_state = p.initial_state, v.final_state = p.final_state;
-  v.q_s = strides(p.q_strides), v.k_s = strides(p.k_strides), v.v_s = strides(p.v_strides);
-  v.output_s = strides(p.output_strides);
-  v.initial_s = strides(p.initial_state_strides), v.final_s = strides(p.final_state_strides);
+  v.q = p.q, v.k = p.k, v.v = p.v, v.output = p.output, v.initial_state = p.initial_state, v.final_state = p.final_state;
+  v.q_s = p.q_strides, v.k_s = p.k_strides, v.v_s = p.v_strides, v.output_s = p.output_strides;
+  v.initial_s = p.initial_state_strides, v.final_s = p.final_state_strides;
+  if constexpr (std::is_same_v<Params, ::deltaproof::cuda::delta_rule::DecodeParams>) {
+    v.beta = p.beta, v.log_gate = p.log_gate, v.beta_s = p.beta_strides, v.gate_s = p.log_gate_strides;
+  }
   v.batch = p.batch, v.heads = p.heads, v.tokens = p.tokens, v.key_dim = p.key_dim, v.value_dim = p.value_dim;
   return v;
 }
@@ -200,7 +184,7 @@ struct RowSlice {
   // Whether any row of this warp exists (warp-uniform: a warp without rows may leave at once).
   __device__ bool warp_has_rows(const DecodeView& p) const { return row - int(threadIdx.x % 32) / kLanes < p.value_dim; }
 
-  __device__ std::int64_t offset(const Strides& s, std::int64_t i) const { return b * s.batch + h * s.head + i * s.row; }
+  __device__ std::int64_t offset(const Strides& s, std::int64_t i) const { return s.head_offset(b, h) + i * s.row; }
   __device__ static int column(int part, int j) { return 4 * (part + kLanes * j); }
 
   // x[j].x[e] = entry (i, column(part, j) + e) of the tensor, 0 past `columns`; kept in T (16-bit

@@ -17,8 +17,8 @@
 // (NOTES_delta.md) and counted by verify/delta_rule_backward_stages.cpp's bounds for this path.
 #pragma once
 
-#include "cuda/delta_rule.h"
 #include "cuda/delta_rule_forward_kernels.cuh"
+#include "cuda/delta_rule_launch.h"
 
 #ifndef DELTAPROOF_BACKWARD_FAST_KERNELS
 #define DELTAPROOF_BACKWARD_FAST_KERNELS backward_fast_kernels
@@ -27,6 +27,7 @@
 namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS {
 
 using namespace DELTAPROOF_FORWARD_KERNELS;
+using delta_rule::BackwardStageParams;
 
 // The intermediates of the tensor-core backward, resolved to the caller's buffers or to the workspace by
 // the host. Those that stage 4 reads as tensor-core operands are written by stages 2 and 3 as the hi + lo
@@ -73,7 +74,7 @@ __host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk)
 // Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32 and rounded in place for the
 // update; barrier. (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
 template <class T, int C>
-__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kRowBlocks = C / 16;
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;
@@ -99,48 +100,53 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
   const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
   const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
   const bool gated = p.log_gate != nullptr;
-  const float* log_gate = static_cast<const float*>(p.log_gate);
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* w = static_cast<const T*>(b.w);
-  const T* d_out = static_cast<const T*>(p.d_output);
+  const int bi = head / p.heads, h = head % p.heads;
+  // Row 0 of this head in each strided user tensor (tensor_core_backward_applies checked q, k and dO rows
+  // 16-byte aligned); W, dV̄ and G_[c+1] are packed.
+  const float* gate_head = gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) : nullptr;
+  const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(bi, h);
+  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(bi, h);
+  const T* d_out = static_cast<const T*>(p.d_output) + p.d_output_strides.head_offset(bi, h);
   const std::size_t head_token0 = static_cast<std::size_t>(head) * L;
+  const T* w_head = static_cast<const T*>(b.w) + head_token0 * DK;
 
-  auto load_rows = [&](T* dst, const T* src, std::size_t token0, int size) {
+  // Rows t0.. of a head's rows (row stride `row`) into [C][kTcLd], zero past the chunk and past DK.
+  auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
     for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
       const bool valid = r < size && c < DK;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * DK + c : src, valid);
+      copy_async_16(dst + r * kTcLd + c, valid ? head_rows + (t0 + r) * row + c : head_rows, valid);
     }
   };
-  auto load_slice = [&](T* dst, const T* src, std::size_t token0, int size) {
+  // Value columns v0.. of rows t0.. of dO into [C][kTcVLd].
+  auto load_slice = [&](T* dst, int t0, int size) {
     for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
       const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
       const bool valid = r < size && v0 + c < DV;
-      copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
+      copy_async_16(dst + r * kTcVLd + c, valid ? d_out + (t0 + r) * p.d_output_strides.row + v0 + c : d_out, valid);
     }
   };
 
   // G rows state_rows + {g, g+8}, key columns state_key0 + 8n + 2t + {0, 1}: accumulator layout. G_[N] = dS_L.
-  const float* d_final = static_cast<const float*>(p.d_final_state);
+  const float* d_final = p.d_final_state ? static_cast<const float*>(p.d_final_state) + p.d_final_state_strides.head_offset(bi, h) : nullptr;
   float G[kStateTiles][4];
 #pragma unroll
   for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      G[n][x] = (d_final && row < DV && col < DK) ? d_final[(static_cast<std::size_t>(head) * DV + row) * DK + col] : 0.0f;
+      G[n][x] = (d_final && row < DV && col < DK) ? d_final[row * p.d_final_state_strides.row + col] : 0.0f;
     }
 
   for (int chunk = N - 1; chunk >= 0; --chunk) {
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) The chunk's rows in; G' out as hi + lo and in fp32; G_i.
-    load_rows(q_s, q, token0, size);
-    load_rows(k_s, k, token0, size);
-    load_rows(w_s, w, token0, size);
-    load_slice(do_s, d_out, token0, size);
+    // (1) The chunk's rows in; G' out as hi + lo and as the pair stage 4 reads; G_i.
+    load_rows(q_s, q, p.q_strides.row, t0, size);
+    load_rows(k_s, k, p.k_strides.row, t0, size);
+    load_rows(w_s, w_head, DK, t0, size);
+    load_slice(do_s, t0, size);
 #pragma unroll
     for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
@@ -157,8 +163,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         }
       }
     if (gated && warp == 0) {
-      float lo = lane < size ? log_gate[token0 + lane] : 0.0f;
-      float hi = lane + 32 < size ? log_gate[token0 + lane + 32] : 0.0f;
+      float lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
+      float hi = lane + 32 < size ? gate_head[(t0 + lane + 32) * p.log_gate_strides.row] : 0.0f;
       chunk_prefix_sums(lo, hi, lane);
       if (lane < C) gates[lane] = lo;
       if (lane + 32 < C) gates[lane + 32] = hi;
@@ -301,13 +307,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     __syncthreads();  // every buffer is rewritten by the next chunk
   }
   if (p.d_initial_state != nullptr) {
-    float* d_initial = static_cast<float*>(p.d_initial_state);
+    float* d_initial = static_cast<float*>(p.d_initial_state) + p.d_initial_state_strides.head_offset(bi, h);
 #pragma unroll
     for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-        if (row < DV && col < DK) d_initial[(static_cast<std::size_t>(head) * DV + row) * DK + col] = G[n][x];
+        if (row < DV && col < DK) d_initial[row * p.d_initial_state_strides.row + col] = G[n][x];
       }
   }
 }
@@ -375,7 +381,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
   l.d_t = l.e_out + square;
   l.scalars = l.d_t + square;                        // β, G, γ, λ: 4 × C floats
   l.partials = l.scalars + 4 * chunk * 4;  // row partial sums (see the kernel), floats
-  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 kParts C = 512
+  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 · kParts · C = 512
   return l;
 }
 
@@ -394,7 +400,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 //       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
 // Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
 template <class T, int C>
-__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kRowBlocks = C / 16;
   constexpr int kParts = 8 / kRowBlocks;             // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
@@ -429,38 +435,47 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int t0 = chunk * C, n = min(C, L - t0);
   const bool gated = p.log_gate != nullptr;
-  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates
+  const int bi = head / p.heads, h = head % p.heads;
+  // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).
+  const auto chunk_rows = [&](const void* data, const Strides& s) {
+    return static_cast<const T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
+  };
+  const auto chunk_rows_out = [&](void* data, const Strides& s) {
+    return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
+  };
   const int row_block = warp % kRowBlocks, part_index = warp / kRowBlocks;
   const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
 
   // ---- loads: every 16-bit operand by cp.async (zero past n rows and past the width); T (fp32) rounded once.
-  auto load_rows = [&](T* dst, const void* src_base, std::size_t row0, int rows, int rows_pad, int width) {
-    const T* src = static_cast<const T*>(src_base);
+  // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
+  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
     for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kFastThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
       const bool valid = r < rows && c < width;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + (row0 + r) * width + c : src, valid);
+      copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
     }
   };
+  const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
   const std::size_t state_rows0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first row
   // Value rows r0.. of S_[c] and G' (hi and lo) into stream buffer `buffer`.
   auto load_stream = [&](int buffer, int r0) {
     T* tiles = stream + 4 * buffer * kStream * kTcLd;
     const int rows = min(kStream, DV - r0);
-    load_rows(tiles, b.state_pass.s_hi, state_rows0 + r0, rows, kStream, DK);
-    load_rows(tiles + kStream * kTcLd, b.state_pass.s_lo, state_rows0 + r0, rows, kStream, DK);
-    load_rows(tiles + 2 * kStream * kTcLd, b.state_gradients_hi, state_rows0 + r0, rows, kStream, DK);
-    load_rows(tiles + 3 * kStream * kTcLd, b.state_gradients_lo, state_rows0 + r0, rows, kStream, DK);
+    load_rows(tiles, packed(b.state_pass.s_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + kStream * kTcLd, packed(b.state_pass.s_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + 2 * kStream * kTcLd, packed(b.state_gradients_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + 3 * kStream * kTcLd, packed(b.state_gradients_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
     copy_async_commit();
   };
-  load_rows(q_s, p.q, token0, n, C, DK);
-  load_rows(k_s, p.k, token0, n, C, DK);
-  load_rows(v_s, p.v, token0, n, C, DV);
-  load_rows(do_s, p.d_output, token0, n, C, DV);
-  load_rows(vb_hi, b.state_pass.v_hi, token0, n, C, DV);
-  load_rows(vb_lo, b.state_pass.v_lo, token0, n, C, DV);
-  load_rows(dvb_hi, b.d_v_new_hi, token0, n, C, DV);
-  load_rows(dvb_lo, b.d_v_new_lo, token0, n, C, DV);
+  load_rows(q_s, chunk_rows(p.q, p.q_strides), p.q_strides.row, n, C, DK);
+  load_rows(k_s, chunk_rows(p.k, p.k_strides), p.k_strides.row, n, C, DK);
+  load_rows(v_s, chunk_rows(p.v, p.v_strides), p.v_strides.row, n, C, DV);
+  load_rows(do_s, chunk_rows(p.d_output, p.d_output_strides), p.d_output_strides.row, n, C, DV);
+  load_rows(vb_hi, packed(b.state_pass.v_hi, token0, DV), DV, n, C, DV);
+  load_rows(vb_lo, packed(b.state_pass.v_lo, token0, DV), DV, n, C, DV);
+  load_rows(dvb_hi, packed(b.d_v_new_hi, token0, DV), DV, n, C, DV);
+  load_rows(dvb_lo, packed(b.d_v_new_lo, token0, DV), DV, n, C, DV);
   copy_async_commit();
   load_stream(0, 0);  // the first state tile flies during P1
   {
@@ -472,16 +487,18 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     }
   }
   if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
-    const T* beta_in = static_cast<const T*>(p.beta);
-    const float* log_gate = static_cast<const float*>(p.log_gate);
-    float lo = gated && lane < n ? log_gate[token0 + lane] : 0.0f;
-    float hi = gated && lane + 32 < n ? log_gate[token0 + lane + 32] : 0.0f;
+    const T* beta_in = chunk_rows(p.beta, p.beta_strides);
+    const float* log_gate =
+        gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.log_gate_strides.row
+              : nullptr;
+    float lo = gated && lane < n ? log_gate[lane * p.log_gate_strides.row] : 0.0f;
+    float hi = gated && lane + 32 < n ? log_gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
     if (gated) chunk_prefix_sums(lo, hi, lane);
     for (int half = 0; half < 2; ++half) {
       const int i = lane + 32 * half;
       if (i >= C) break;
       const float G = half ? hi : lo;
-      beta[i] = i < n ? to_float(beta_in[token0 + i]) : 0.0f;
+      beta[i] = i < n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
       gsum[i] = G;
       if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
     }
@@ -633,17 +650,17 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       if (t == 0) out[part_index * C + i] = r;
     }
   };
-  // Stores a C × D accumulator as the dtype (rows < n, columns < width).
-  auto store_rows = [&](const float (&acc)[kDTiles][4], void* dst_base, int width) {
-    T* dst = static_cast<T*>(dst_base) + token0 * width;
+  // Stores a C × D accumulator as the dtype into a strided user tensor (rows < n, columns < width; widths
+  // are multiples of 8 and rows 4-byte aligned here, so every pair is whole and aligned).
+  auto store_rows = [&](const float (&acc)[kDTiles][4], void* data, const Strides& strides, int width) {
+    T* dst = chunk_rows_out(data, strides);
 #pragma unroll
     for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
-        if (i >= n || c >= width) continue;
-        if (c + 1 < width) *reinterpret_cast<unsigned*>(dst + i * width + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
-        else dst[i * width + c] = from_float<T>(acc[nt][2 * half]);
+        if (i < n && c < width)
+          *reinterpret_cast<unsigned*>(dst + i * strides.row + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
       }
   };
 
@@ -663,7 +680,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       mma_pair<T>(dq[nt], dq[nt + 1], a, bk);
     }
   }
-  store_rows(dq, p.dq, DK);
+  store_rows(dq, p.dq, p.dq_strides, DK);
   row_dot(vg, k_s, dlam);
 #pragma unroll
   for (int nt = 0; nt < kDTiles; ++nt)
@@ -852,7 +869,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
     }
   }
-  store_rows(vg, p.dk, DK);
+  store_rows(vg, p.dk, p.dk_strides, DK);
   {
     float tu[kDTiles][4] = {};  // Tᵀ dV̄ (dV̄ hi + lo)
     for (int jj = row_block; jj < kRowBlocks; ++jj) {
@@ -872,7 +889,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) tu[nt][x] *= beta[i0 + g + (x / 2) * 8];
-    store_rows(tu, p.dv, DV);
+    store_rows(tu, p.dv, p.dv_strides, DV);
   }
   __syncthreads();
 
@@ -885,7 +902,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       s_z1k += z1k[q_part * C + i], s_tuv += tuv[q_part * C + i];
     }
     for (int cb = 0; cb < kRowBlocks; ++cb) s_ekk += ekk[cb * C + i];
-    if (i < n) static_cast<T*>(p.d_beta)[token0 + i] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
+    if (i < n) chunk_rows_out(p.d_beta, p.d_beta_strides)[i * p.d_beta_strides.row] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
     if (gated) {
       float zr = 0.0f, zcs = 0.0f;
       for (int cb = 0; cb < kRowBlocks; ++cb) zr += z_row[cb * C + i];
@@ -902,10 +919,10 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     for (int e = 0; e < kFastThreads; ++e) gs_total += reduce[e];
     gsum[n - 1] += total + gs_total * gamma[n - 1];
     float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
-    float* dg = static_cast<float*>(p.d_log_gate);
+    float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;
     for (int r = n - 1; r >= 0; --r) {
       running += gsum[r];
-      dg[token0 + r] = running;
+      dg[r * p.d_log_gate_strides.row] = running;
       if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
     }
   }

@@ -19,9 +19,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // The kernels' source, compiled here under its own namespace (never the nvcc build's launch stubs).
@@ -54,11 +57,81 @@ struct StaleOutput : Faithful {
   static constexpr bool decode_reads_updated_state = false;
 };
 
+// Where a run's tensors lie. Packed by default; tokens_outer lays q, k, v, o (and β, g) out as fla does,
+// [B, T, H, D] viewed as [B, H, T, D]; state_pad leaves that many elements after each state row (4: rows
+// stay 16-byte aligned; 1: they do not, so the kernel takes its scalar path).
+struct Layout {
+  bool tokens_outer = false;
+  int state_pad = 0;
+};
+cuda::Strides token_strides(const Layout& l, Index H, Index T, Index D) {
+  return l.tokens_outer ? cuda::Strides{T * H * D, D, H * D} : cuda::contiguous(int(H), int(T), int(D));
+}
+cuda::Strides state_strides(const Layout& l, Index H, Index DV, Index DK) {
+  const Index row = DK + l.state_pad;
+  return {H * DV * row, DV * row, row};
+}
+
 struct RunOptions {
   ThreadOrder order = ThreadOrder::shuffled;
   bool allow_vector = true;  // false: the scalar path even where runs of 4 could move as one access
   bool in_place = false;     // S_0 read from, and S_t written to, one buffer
+  Layout layout;
   std::uint64_t seed = 1;
+};
+
+// A [B, H, R, C] tensor at `strides` in a NaN-poisoned buffer: inputs are written entry by entry, outputs
+// read back entry by entry; an entry never written, or a byte between the entries written, is an error.
+struct Placed {
+  Tensor buffer;
+  cuda::Strides strides;
+  Index batch = 0, heads = 0, rows = 0, cols = 0;
+
+  Placed() = default;
+  Placed(const std::string& name, DType d, Index B, Index H, Index R, Index C, cuda::Strides s)
+      : buffer(name, d, 1, 1, 1, s.head_offset(int(B - 1), int(H - 1)) + (R - 1) * s.row + C), strides(s), batch(B), heads(H),
+        rows(R), cols(C) {}
+  void* data() { return buffer.data(); }
+  std::size_t at(Index b, Index h, Index i, Index j) const {
+    return std::size_t(strides.head_offset(int(b), int(h)) + i * strides.row + j);
+  }
+  unsigned char* bytes(std::size_t i) { return static_cast<unsigned char*>(buffer.data()) + i * cuda::size_of(buffer.dtype); }
+  const unsigned char* bytes(std::size_t i) const {
+    return static_cast<const unsigned char*>(buffer.buffer.data()) + i * cuda::size_of(buffer.dtype);
+  }
+
+  // Copies entries between this buffer and a packed tensor of the same shape (to_packed: from here).
+  void copy(Tensor& packed, bool to_packed) const {
+    const std::size_t size = cuda::size_of(buffer.dtype);
+    auto* p = static_cast<unsigned char*>(packed.data());
+    std::size_t n = 0;
+    ref::for_each_head(batch, heads, [&](Index b, Index h) {
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < cols; ++j, ++n) {
+          auto* here = const_cast<unsigned char*>(bytes(at(b, h, i, j)));
+          if (to_packed) std::memcpy(p + n * size, here, size);
+          else std::memcpy(here, p + n * size, size);
+        }
+    });
+  }
+  void put(const Tensor4<Exact>& t) {
+    Tensor packed = write(buffer.buffer.name(), t, buffer.dtype);
+    copy(packed, false);
+  }
+  Tensor4<Exact> take() const {
+    buffer.buffer.check_guards();
+    Tensor packed(buffer.buffer.name(), buffer.dtype, batch, heads, rows, cols);
+    copy(packed, true);
+    std::vector<bool> entry(buffer.count(), false);
+    ref::for_each_head(batch, heads, [&](Index b, Index h) {
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < cols; ++j) entry[at(b, h, i, j)] = true;
+    });
+    for (std::size_t i = 0; i < entry.size(); ++i)
+      for (std::size_t byte = 0; !entry[i] && byte < cuda::size_of(buffer.dtype); ++byte)
+        if (bytes(i)[byte] != emulation::kPoisonByte) throw std::runtime_error(buffer.buffer.name() + ": written between its entries");
+    return read(packed);  // throws on an entry never written (still poison)
+  }
 };
 
 // Picks the row shape and launches kernel_of(shape) over the view's grid, as the product's launchers do.
@@ -73,19 +146,37 @@ void launch_decode(dk::DecodeView view, const RunOptions& o, std::size_t input_b
   });
 }
 
-// The state buffers of a run: S_0 (when given) in its own tensor or in the output state's (in place).
-struct States {
-  Tensor initial, final;
-  const void* initial_data() { return initial.buffer.empty() ? (final_holds_initial ? final.data() : nullptr) : initial.data(); }
-  bool final_holds_initial = false;
+// What both families' runs share: q, k, v, the output and the states placed by the layout, S_0 (when
+// given) in its own buffer or in the final state's (in place); params gets every pointer and stride.
+struct Run {
+  Placed q, k, v, output, initial, final;
+  bool in_place = false;
+
+  template <class Params>
+  Run(Params& p, const Tensor4<Exact>& q_in, const Tensor4<Exact>& k_in, const Tensor4<Exact>& v_in,
+      const std::optional<Tensor4<Exact>>& s0, DType state_dtype, const RunOptions& o)
+      : in_place(s0 && o.in_place) {
+    const DType d = p.dtype;
+    const Index B = p.batch, H = p.heads, T = p.tokens, DK = p.key_dim, DV = p.value_dim;
+    const cuda::Strides key_s = token_strides(o.layout, H, T, DK), value_s = token_strides(o.layout, H, T, DV);
+    const cuda::Strides state_s = state_strides(o.layout, H, DV, DK);
+    q = Placed("q", d, B, H, T, DK, key_s), k = Placed("k", d, B, H, T, DK, key_s), v = Placed("v", d, B, H, T, DV, value_s);
+    q.put(q_in), k.put(k_in), v.put(v_in);
+    output = Placed("output", d, B, H, T, DV, value_s);
+    final = Placed("final_state", state_dtype, B, H, DV, DK, state_s);
+    if (s0 && !in_place) initial = Placed("initial_state", state_dtype, B, H, DV, DK, state_s), initial.put(*s0);
+    if (in_place) final.put(*s0);
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.output = output.data();
+    p.q_strides = p.k_strides = key_s, p.v_strides = p.output_strides = value_s;
+    p.initial_state_strides = p.final_state_strides = state_s;
+    using State = std::remove_const_t<std::remove_pointer_t<decltype(p.initial_state)>>;
+    p.initial_state = static_cast<const State*>(in_place ? final.data() : s0 ? initial.data() : nullptr);
+    p.final_state = static_cast<State*>(final.data());
+  }
+  void check_inputs() const {
+    for (const Placed* input : {&q, &k, &v, &initial}) input->buffer.buffer.check_guards();
+  }
 };
-States make_states(const std::optional<Tensor4<Exact>>& s0, DType d, Index B, Index H, Index DV, Index DK, bool in_place) {
-  States s;
-  if (s0 && in_place) s.final = write("state (in place)", *s0, d), s.final_holds_initial = true;
-  else s.final = Tensor("final_state", d, B, H, DV, DK);
-  if (s0 && !in_place) s.initial = write("initial_state", *s0, d);
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------
 // DeltaNet / Gated DeltaNet
@@ -93,29 +184,28 @@ States make_states(const std::optional<Tensor4<Exact>>& s0, DType d, Index B, In
 template <class Policy = Faithful>
 vd::DecodeResult emulate_delta(const vd::DeltaCase& c, const vd::HostInputs& in, const RunOptions& o = {}) {
   const DType d = c.dtype;
-  const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim;
-  Tensor q = write("q", in.q, d), k = write("k", in.k, d), v = write("v", in.v, d), beta = write("beta", in.beta, d);
-  Tensor gate = c.gated ? write("log_gate", in.log_gate, DType::f32) : Tensor();
-  Tensor out("output", d, B, H, L, DV);
+  const Index B = c.batch, H = c.heads, T = c.length;
+  cuda::delta_rule::DecodeParams p;
+  p.dtype = d, p.batch = int(B), p.heads = int(H), p.tokens = int(T), p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim);
   std::optional<Tensor4<Exact>> s0;
   if (c.with_initial_state) s0 = in.initial_state;
-  States states = make_states(s0, DType::f32, B, H, DV, DK, o.in_place);
-  cuda::DeltaRuleDecodeParams p;
-  p.dtype = d, p.batch = int(B), p.heads = int(H), p.tokens = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
-  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.beta = beta.data(), p.output = out.data();
-  p.log_gate = static_cast<const float*>(gate.data());
-  p.initial_state = static_cast<const float*>(states.initial_data());
-  p.final_state = static_cast<float*>(states.final.data());
-  const auto run = [&](auto type_tag) {
+  Run run(p, in.q, in.k, in.v, s0, DType::f32, o);
+  const cuda::Strides gate_s = token_strides(o.layout, H, T, 1);
+  Placed beta("beta", d, B, H, T, 1, gate_s), gate;
+  beta.put(in.beta);
+  if (c.gated) gate = Placed("log_gate", DType::f32, B, H, T, 1, gate_s), gate.put(in.log_gate);
+  p.beta = beta.data(), p.log_gate = static_cast<const float*>(gate.data());
+  p.beta_strides = p.log_gate_strides = gate_s;
+  const auto launch = [&](auto type_tag) {
     using T = decltype(type_tag);
     launch_decode(dk::view_of(p), o, sizeof(T), sizeof(float),
                   [](auto shape) { return &dk::delta_rule_decode_kernel<T, decltype(shape), Policy>; });
   };
-  if (d == DType::bf16) run(__nv_bfloat16{});
-  else if (d == DType::f16) run(__half{});
-  else run(float{});
-  for (const Tensor* input : {&q, &k, &v, &beta, &gate, &states.initial}) input->buffer.check_guards();
-  return {read(out), read(states.final)};
+  if (d == DType::bf16) launch(__nv_bfloat16{});
+  else if (d == DType::f16) launch(__half{});
+  else launch(float{});
+  run.check_inputs(), beta.buffer.buffer.check_guards(), gate.buffer.buffer.check_guards();
+  return {run.output.take(), run.final.take()};
 }
 
 std::vector<Comparison> judge_delta(const vd::DeltaCase& c, const vd::HostInputs& in, const vd::DecodeResult& r) {
@@ -188,14 +278,13 @@ struct LinearRun {
   Tensor4<Exact> output, final_state;
 };
 
-// The case's inputs rounded to its dtype (S_0 to the state dtype): the exact values the kernel sees.
 kla::DecodeParams linear_params(const vl::CudaShape& s) {
   kla::DecodeParams p;
   p.dtype = s.dtype, p.batch = int(s.batch), p.heads = int(s.heads), p.tokens = int(s.length);
   p.key_dim = int(s.key_dim), p.value_dim = int(s.value_dim);
-  kla::set_contiguous_strides(p);
   return p;
 }
+// The case's inputs rounded to its dtype (S_0 to the state dtype): the exact values the kernel sees.
 ref::linear_attention::BatchInputs<Exact> rounded(const vl::CudaCase& c) {
   const DType d = c.shape.dtype;
   ref::linear_attention::BatchInputs<Exact> in{verify::round_to(c.inputs.q, d), verify::round_to(c.inputs.k, d),
@@ -206,27 +295,22 @@ ref::linear_attention::BatchInputs<Exact> rounded(const vl::CudaCase& c) {
 
 template <class Policy = Faithful>
 LinearRun emulate_linear(const vl::CudaShape& s, const ref::linear_attention::BatchInputs<Exact>& in, const RunOptions& o = {}) {
-  const DType d = s.dtype, sd = kla::state_dtype(d);
-  Tensor q = write("q", in.q, d), k = write("k", in.k, d), v = write("v", in.v, d);
-  Tensor out("output", d, s.batch, s.heads, s.length, s.value_dim);
-  States states = make_states(in.initial_state, sd, s.batch, s.heads, s.value_dim, s.key_dim, o.in_place);
   kla::DecodeParams p = linear_params(s);
-  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.output = out.data();
-  p.initial_state = states.initial_data(), p.final_state = states.final.data();
-  const auto run = [&](auto type_tag, auto accumulator_tag) {
+  Run run(p, in.q, in.k, in.v, in.initial_state, kla::state_dtype(s.dtype), o);
+  const auto launch = [&](auto type_tag, auto accumulator_tag) {
     using T = decltype(type_tag);
     using A = decltype(accumulator_tag);
     launch_decode(dk::view_of(p), o, sizeof(T), sizeof(A),
                   [](auto shape) { return &kla::decode_rows_kernel<T, A, decltype(shape), Policy>; });
   };
-  switch (d) {
-    case DType::bf16: run(__nv_bfloat16{}, float{}); break;
-    case DType::f16: run(__half{}, float{}); break;
-    case DType::f32: run(float{}, float{}); break;
-    case DType::f64: run(double{}, double{}); break;
+  switch (s.dtype) {
+    case DType::bf16: launch(__nv_bfloat16{}, float{}); break;
+    case DType::f16: launch(__half{}, float{}); break;
+    case DType::f32: launch(float{}, float{}); break;
+    case DType::f64: launch(double{}, double{}); break;
   }
-  for (const Tensor* input : {&q, &k, &v, &states.initial}) input->buffer.check_guards();
-  return {read(out), read(states.final)};
+  run.check_inputs();
+  return {run.output.take(), run.final.take()};
 }
 
 std::vector<Comparison> judge_linear(const vl::CudaShape& s, const ref::linear_attention::BatchInputs<Exact>& in,
@@ -293,6 +377,37 @@ TEST(DecodeCpuEmulation, BitsDependNeitherOnThreadOrderNorOnAccessWidth) {
     scalar.allow_vector = false, scalar.order = ThreadOrder::descending;
     const LinearRun a = emulate_linear(s, in), b = emulate_linear(s, in, scalar);
     EXPECT_TRUE(a.output.data == b.output.data && a.final_state.data == b.final_state.data) << s;
+  }
+}
+
+// Strided layouts (fla's [B, T, H, D] for q, k, v, o, β, g; state rows padded, 16-byte aligned or not)
+// give the packed layout's bits: the kernels read and write exactly the strided entries (Placed checks
+// that nothing between them is written) and the access width changes nothing.
+TEST(DecodeCpuEmulation, StridedLayoutsGiveThePackedBits) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  for (const Layout layout : {Layout{true, 4}, Layout{true, 1}, Layout{false, 3}}) {
+    vd::DeltaCase c;
+    c.batch = 2, c.heads = 3, c.length = 3, c.key_dim = 64, c.value_dim = 20, c.with_initial_state = true, c.seed = 41;
+    for (bool gated : {false, true}) {
+      c.gated = gated;
+      const vd::HostInputs in = vd::make_inputs(c);
+      RunOptions o;
+      o.layout = layout, o.in_place = gated;
+      const vd::DecodeResult packed = emulate_delta(c, in), strided = emulate_delta(c, in, o);
+      EXPECT_TRUE(strided.output.data == packed.output.data && strided.final_state.data == packed.final_state.data)
+          << vd::describe(c) << " tokens_outer=" << layout.tokens_outer << " state_pad=" << layout.state_pad;
+    }
+    vl::CudaShape s;
+    s.batch = 2, s.heads = 3, s.length = 3, s.key_dim = 128, s.value_dim = 12, s.with_initial_state = true, s.chunk_size = 1;
+    for (DType d : {DType::bf16, DType::f64}) {
+      s.dtype = d;
+      const auto in = rounded(vl::make_case(s, 55));
+      RunOptions o;
+      o.layout = layout;
+      const LinearRun packed = emulate_linear(s, in), strided = emulate_linear(s, in, o);
+      EXPECT_TRUE(strided.output.data == packed.output.data && strided.final_state.data == packed.final_state.data)
+          << s << " tokens_outer=" << layout.tokens_outer << " state_pad=" << layout.state_pad;
+    }
   }
 }
 

@@ -6,7 +6,7 @@
 // truncates once to fp32 (the truncating end of the bounds' u_acc); expf is glibc's.
 #include "property_tests/support/cuda_emulation.hpp"
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
 #include "verify/delta_rule_backward_stages.hpp"
 #include "verify/delta_rule_stages.hpp"
@@ -72,7 +72,7 @@ struct Emulated {
 };
 
 template <int C>
-void run_kernels(const cuda::DeltaRuleBackwardParams& p, const cuda::DeltaRuleForwardParams& f, const bk::FastBuffers& b,
+void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::delta_rule::ForwardStageParams& f, const bk::FastBuffers& b,
                  ThreadOrder order, std::uint64_t seed) {
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
@@ -117,9 +117,10 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.e = Tensor("wy_system_adjoint", f32, B, H, N * C, C);
   if (c.gated) m.d_gate_sums = Tensor("gate_sum_gradients", f32, B, H, L, 1);
 
-  cuda::DeltaRuleBackwardParams p;
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
   p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data(), p.log_gate = m.log_gate.data();
   p.initial_state = m.initial_state.data(), p.d_output = m.d_output.data(), p.d_final_state = m.d_final_state.data();
   p.dq = m.dq.data(), p.dk = m.dk.data(), p.dv = m.dv.data(), p.d_beta = m.d_beta.data(), p.d_log_gate = m.d_log_gate.data();
@@ -132,9 +133,11 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   b.state_gradients_hi = m.g_hi.data(), b.state_gradients_lo = m.g_lo.data();
   b.gate_sums = fp(m.gate_sums), b.d_w = fp(m.d_w), b.wy_system_adjoint = fp(m.e), b.gate_sum_gradients = fp(m.d_gate_sums);
   // The forward's parameters as delta_rule_backward_fast.cu builds them.
-  cuda::DeltaRuleForwardParams f;
+  cuda::delta_rule::ForwardStageParams f;
   f.dtype = d, f.batch = p.batch, f.heads = p.heads, f.length = p.length, f.key_dim = p.key_dim, f.value_dim = p.value_dim;
-  f.chunk_size = p.chunk_size, f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
+  f.chunk_size = p.chunk_size;
+  cuda::delta_rule::set_contiguous_strides(f);
+  f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
   f.log_gate = static_cast<const float*>(p.log_gate), f.initial_state = static_cast<const float*>(p.initial_state);
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo, f.wy_system = fp(m.a), f.wy_inverse = b.wy_inverse;
   switch (C) {

@@ -11,7 +11,7 @@
 // unless a test plants a bug in them for the length of one run.
 #include "property_tests/support/cuda_emulation.hpp"
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
 #include "verify/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -85,7 +85,7 @@ struct EmulatedForward {
 
 // Stage 1 and the register scan, launched as delta_rule.cu launches them (its register_scan() case).
 template <class T, int C>
-void run_kernels(const cuda::DeltaRuleForwardParams& p, ThreadOrder order, std::uint64_t seed) {
+void run_kernels(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder order, std::uint64_t seed) {
   const unsigned heads = unsigned(p.batch * p.heads);
   const std::size_t prepare_bytes = fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
   emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::kPrepareThreads), prepare_bytes, order, seed},
@@ -113,8 +113,9 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   m.a = Tensor("wy_system", DType::f32, B, H, N * C, C), m.t = Tensor("wy_inverse", DType::f32, B, H, N * C, C);
   m.boundary = Tensor("boundary_states", DType::f32, B, H, N * DV, DK);
 
-  cuda::DeltaRuleForwardParams p;
+  cuda::delta_rule::ForwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data();
   p.log_gate = static_cast<const float*>(m.log_gate.data()), p.initial_state = static_cast<const float*>(m.initial_state.data());
   p.output = m.output.data(), p.final_state = static_cast<float*>(m.final_state.data()), p.w = m.w.data(), p.u = m.u.data();

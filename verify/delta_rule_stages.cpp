@@ -82,8 +82,8 @@ ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
   return f;
 }
 
-cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f) {
-  cuda::DeltaRuleForwardParams p;
+cuda::delta_rule::ForwardStageParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f) {
+  cuda::delta_rule::ForwardStageParams p;
   p.dtype = c.dtype;
   p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
@@ -96,6 +96,7 @@ cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInpu
   p.wy_inverse = static_cast<float*>(f.t.data());
   p.v_new = static_cast<float*>(f.v_new.data());
   p.boundary_states = static_cast<float*>(f.boundary.data());
+  cuda::delta_rule::set_contiguous_strides(p);
   return p;
 }
 
@@ -117,7 +118,7 @@ ForwardResult read_back(const ForwardBuffers& f, bool intermediates) {
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates) {
   const DeviceInputs d = upload_inputs(c, in);
   ForwardBuffers f = allocate_forward(c, intermediates);
-  cuda::delta_rule_forward(forward_params(c, d, f));
+  cuda::delta_rule::testing::forward(forward_params(c, d, f));
   return read_back(f, intermediates);
 }
 
@@ -385,14 +386,15 @@ DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::opt
   if (state) s0 = dt::upload(*state, DType::f32);
   DeviceTensor out = dt::allocate(c.dtype, c.batch, c.heads, c.length, c.value_dim);
   DeviceTensor fin = dt::allocate(DType::f32, c.batch, c.heads, c.value_dim, c.key_dim);
-  cuda::DeltaRuleDecodeParams p;
+  cuda::delta_rule::DecodeParams p;
   p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.tokens = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim);
   p.q = dev.q.device.data(), p.k = dev.k.device.data(), p.v = dev.v.device.data(), p.beta = dev.beta.device.data();
   p.log_gate = c.gated ? static_cast<const float*>(dev.log_gate.device.data()) : nullptr;
   p.initial_state = state ? static_cast<const float*>(s0.device.data()) : nullptr;
   p.output = out.data(), p.final_state = static_cast<float*>(fin.data());
-  cuda::delta_rule_decode(p);
+  cuda::delta_rule::set_contiguous_strides(p);
+  cuda::delta_rule::decode(p);
   return {dt::download(out), dt::download(fin)};
 }
 

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/delta_rule.h"
+#include "cuda/testing/delta_rule_stages.h"
 #include "reference/scalar.hpp"
 #include "verify/comparison.hpp"
 #include "verify/device_tensors.hpp"
@@ -102,7 +103,8 @@ HostInputs design_inputs(const DeltaCase& c);
 
 DeviceInputs upload_inputs(const DeltaCase& c, const HostInputs& in);
 ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates);
-cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f);
+// Every intermediate that `f` holds is given (the workspace holds none); strides packed.
+cuda::delta_rule::ForwardStageParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f);
 ForwardResult read_back(const ForwardBuffers& f, bool intermediates);
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates = true);
 
