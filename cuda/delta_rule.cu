@@ -265,6 +265,8 @@ void decode(const DecodeParams& p, cudaStream_t stream) {
 
 namespace testing {
 
+bool uses_register_scan(const ForwardStageParams& p) { return register_scan(resolve(p, nullptr)); }
+
 std::size_t workspace_bytes(const ForwardStageParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
   std::size_t bytes = 0;

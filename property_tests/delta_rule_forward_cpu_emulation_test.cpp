@@ -27,7 +27,7 @@
 
 namespace deltaproof::cuda::forward_kernels_emulated {
 
-enum class Plant { none, ldmatrix_row, transposed_fragment, copy_wait_missing };
+enum class Plant { none, ldmatrix_row, transposed_fragment, copy_wait_missing, state_lo_dropped };
 inline Plant planted = Plant::none;
 
 // ldmatrix_x4 (A operands: the T factors in W and U, W and Q in the scan): with ldmatrix_row, lane 3
@@ -44,6 +44,13 @@ inline void ldmatrix_x4_trans_under_test(unsigned (&r)[4], const void* row) {
   if (planted == Plant::transposed_fragment) tensor_core::ldmatrix_x4(r, row);
   else tensor_core::ldmatrix_x4_trans(r, row);
 }
+// split_pair (the hi + lo split of fp32 operands; in the forward only S's is fed to the tensor cores): with
+// state_lo_dropped, lo = 0, so S enters as one bf16 rounding, which the register scan's bound does not allow.
+template <class T>
+inline void split_pair_under_test(float x0, float x1, unsigned& hi, unsigned& lo) {
+  tensor_core::split_pair<T>(x0, x1, hi, lo);
+  if (planted == Plant::state_lo_dropped) lo = 0;
+}
 // copy_async_wait_all: with copy_wait_missing, nothing (the copies are never waited for).
 inline void copy_async_wait_all_under_test() {
   if (planted != Plant::copy_wait_missing) tensor_core::copy_async_wait_all();
@@ -57,12 +64,14 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 #define ldmatrix_x4(r, row) ldmatrix_x4_under_test(r, row)
 #define ldmatrix_x4_trans(r, row) ldmatrix_x4_trans_under_test(r, row)
 #define copy_async_wait_all copy_async_wait_all_under_test
+#define split_pair split_pair_under_test
 // The kernels' source, compiled here under its own namespace (never the nvcc build's launch stubs).
 #define DELTAPROOF_FORWARD_KERNELS forward_kernels_emulated
 #include "cuda/delta_rule_forward_kernels.cuh"
 #undef ldmatrix_x4
 #undef ldmatrix_x4_trans
 #undef copy_async_wait_all
+#undef split_pair
 
 namespace {
 
@@ -140,6 +149,7 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   ForwardResult r;
   r.output = read(m.output), r.final_state = read(m.final_state), r.w = read(m.w), r.u = read(m.u);
   r.v_new = read(m.v_new), r.a = read(m.a), r.t = read(m.t), r.boundary = read(m.boundary);
+  r.arithmetic = ScanArithmetic::register_scan;
   return r;
 }
 
@@ -231,7 +241,8 @@ TEST(DeltaRuleForwardCpuEmulation, PlantedBugsAreCaught) {
   const HostInputs in = make_inputs(c);
   ASSERT_TRUE(all_agree(check_stages(c, in, emulate_forward(c, in))));
   for (auto [plant, name] : {std::pair{Plant::ldmatrix_row, "one wrong ldmatrix row address"},
-                             {Plant::transposed_fragment, "a B fragment loaded untransposed"}}) {
+                             {Plant::transposed_fragment, "a B fragment loaded untransposed"},
+                             {Plant::state_lo_dropped, "S fed as one bf16 rounding (its lo part dropped)"}}) {
     const auto rep = check_stages(c, in, emulate_forward(c, in, ThreadOrder::shuffled, plant));
     EXPECT_FALSE(all_agree(rep)) << name << " passed the stage checks";
     std::cout << name << ": max err/bound " << worst_per_stage(rep) << "\n";

@@ -10,7 +10,7 @@
 // ε_D is a kernel decay's error (k of them). M is the stage's program on |inputs| (every − turned into +)
 // with every rounded operand's magnitude raised by 2⁻¹¹⁸ ≥ η/u², so that ρ·M also covers the absolute error
 // η of an operand that lands below bf16's normal range (the very-negative-gate regime).
-// The forward stages (A, T, W, U, V̄, S_[c+1]) are the forward kernels' own, checked by check_stages with
+// The forward stages (A, T, W, U, V̄, S_[c+1]) are the forward kernels' own, checked by check_stages as
 // ScanArithmetic::state_pass (verify/delta_rule_stages.cpp).
 #include "verify/delta_rule_backward_fast_stages.hpp"
 
@@ -213,7 +213,8 @@ std::vector<Comparison> check_backward_stages_fast(const DeltaCase& c, const Hos
     throw std::invalid_argument("check_backward_stages: the result holds no intermediates (run_backward with intermediates)");
   ForwardResult f;  // stages 1–2 are the forward's kernels in their backward modes
   f.final_state = r.final_state, f.w = r.w, f.u = r.u, f.v_new = r.v_new, f.a = r.a, f.t = r.t, f.boundary = r.boundary;
-  std::vector<Comparison> rep = check_stages(c, in, f, ScanArithmetic::state_pass);
+  f.arithmetic = ScanArithmetic::state_pass;
+  std::vector<Comparison> rep = check_stages(c, in, f);
   ref::for_each_head(c.batch, c.heads, [&](Index b, Index h) {
     if (c.gated) check_head_fast<High>(c, in, cot, r, b, h, rep);
     else check_head_fast<Exact>(c, in, cot, r, b, h, rep);

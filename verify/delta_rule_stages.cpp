@@ -118,8 +118,11 @@ ForwardResult read_back(const ForwardBuffers& f, bool intermediates) {
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates) {
   const DeviceInputs d = upload_inputs(c, in);
   ForwardBuffers f = allocate_forward(c, intermediates);
-  cuda::delta_rule::testing::forward(forward_params(c, d, f));
-  return read_back(f, intermediates);
+  const cuda::delta_rule::ForwardStageParams p = forward_params(c, d, f);
+  cuda::delta_rule::testing::forward(p);
+  ForwardResult r = read_back(f, intermediates);
+  r.arithmetic = cuda::delta_rule::testing::uses_register_scan(p) ? ScanArithmetic::register_scan : ScanArithmetic::fallback_scan;
+  return r;
 }
 
 Units units_of(DType d) {
@@ -168,11 +171,13 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
 // High for Gated DeltaNet.
 template <class S>
 static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h,
-                              ScanArithmetic arithmetic, std::vector<Comparison>& rep) {
+                              std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
-  // The state pass stores W and U as hi + lo (x = hi + lo to u² |x|, η below the normal range) and feeds
-  // W, U, S and the update's V̄ to the tensor cores as such pairs: every u_op of those steps becomes u_op².
-  const bool pairs = arithmetic == ScanArithmetic::state_pass;
+  // The register scan feeds S to W Sᵀ and Q Sᵀ as a hi + lo pair (x = hi + lo to u² |x|, η below the normal
+  // range); the state pass also stores W and U as pairs and feeds W, U and the update's V̄ as pairs: every u_op
+  // of those steps becomes u_op².
+  const bool pairs = r.arithmetic == ScanArithmetic::state_pass;
+  const bool s_pair = r.arithmetic != ScanArithmetic::fallback_scan;
   const double u_pair = un.op * un.op;
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
@@ -277,7 +282,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> vnew_mag = u_hat.cwiseAbs() + w_hat.cwiseAbs() * s_hat.cwiseAbs().transpose();
     const Matrix<S> vnew_eta = w_hat.cwiseAbs() * Matrix<S>::Ones(DK, DV);
     // State pass: V̄ is exposed as the pair it is written as (u² |V̄| more, and η).
-    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : rho(DK + 1, 1, un.op);
+    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : s_pair ? rho(DK + 1, 0, 0, u_pair) : rho(DK + 1, 1, un.op);
     const Matrix<S> vnew_stored = pairs ? Matrix<S>(scalar_times(u_pair, Matrix<S>(vnew_hat.cwiseAbs())).array() + S(un.eta))
                                         : Matrix<S>(Matrix<S>::Zero(n, DV));
     add("Vbar", cc, vnew_hat, vnew_ref,
@@ -314,7 +319,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> o_eta = q_abs * Matrix<S>::Ones(DK, DV) + (q_abs * k_abs.transpose()).cwiseProduct(d) * Matrix<S>::Ones(n, DV) +
                             Matrix<S>::Ones(n, n) * vnew_hat.cwiseAbs();
     const Matrix<S> o_bound = scalar_times(un.out, Matrix<S>(o_ref.cwiseAbs())) +
-                              scalar_times((1 + un.out) * rho(DK + C + 2, 1, un.op, eps_d + u32), o_mag1) +
+                              scalar_times((1 + un.out) * (s_pair ? rho(DK + C + 2, 0, 0, u_pair + eps_d + u32)
+                                                                  : rho(DK + C + 2, 1, un.op, eps_d + u32)),
+                                           o_mag1) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
                               scalar_times(2 * un.eta, o_eta) + Matrix<S>::Constant(n, DV, S(un.eta)) +
                               floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
@@ -322,11 +329,11 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   }
 }
 
-std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, ScanArithmetic arithmetic) {
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r) {
   std::vector<Comparison> rep;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.heads; ++h) {
-      check_head_stages<High>(c, in, r, b, h, arithmetic, rep);
+      check_head_stages<High>(c, in, r, b, h, rep);
     }
   return rep;
 }

@@ -23,6 +23,9 @@ void validate(const BackwardStageParams& p);
 void forward(const ForwardStageParams& p, cudaStream_t stream = nullptr);
 void wy_prepare(const ForwardStageParams& p, cudaStream_t stream = nullptr);
 void chunk_scan(const ForwardStageParams& p, cudaStream_t stream = nullptr);
+// Whether chunk_scan takes the register scan (its S enters the tensor cores as a hi + lo pair) rather than the
+// fallback scan (S rounded once): the stage checks bound each by its own arithmetic.
+bool uses_register_scan(const ForwardStageParams& p);
 
 // The backward: all four kernels, or one; each reads what the earlier ones wrote into the same
 // intermediates (or workspace).
