@@ -87,8 +87,8 @@ inline void set_vector_access(DecodeView& v, std::size_t input_bytes, std::size_
 }
 
 // Lanes per row, runs of 4 columns per lane (kLanes · kVectors · 4 ≥ DK), and whether a run moves as
-// one access (a compile-time choice: the scalar path's guards in the same kernel cost the vector path
-// registers, 59 → spills under the 64 that four blocks per SM allow).
+// one access: a compile-time choice, since a run-time branch between both paths in one kernel took the
+// 16-byte path to 80 registers (spills under the 64 that four blocks per SM allow).
 template <int kLanesValue, int kVectorsValue, bool kVectorValue>
 struct RowShape {
   static constexpr int kLanes = kLanesValue, kVectors = kVectorsValue;
