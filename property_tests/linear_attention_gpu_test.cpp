@@ -372,10 +372,13 @@ TEST(LinearAttentionGpuArguments, RejectsHostAndMisalignedPointersAndTouchesNoth
   p.k = host.data();
   EXPECT_TRUE(starts_with(invalid_argument_message([&] { kla::forward(p); }), "k: must be a device pointer"));
   p.k = k.data();
-  p.v = static_cast<const unsigned char*>(v.data()) + 1;
+  // Misaligned pointers inside buffers of their own, one row longer: the shifted extents overlap nothing
+  // (validate refuses an output that shares a byte with another tensor before it looks at alignment).
+  DeviceTensor v_spare = allocate(DType::bf16, 2, 3, 101, 64), state_spare = allocate(DType::f32, 2, 3, 65, 64);
+  p.v = static_cast<const unsigned char*>(v_spare.data()) + 1;
   EXPECT_TRUE(starts_with(invalid_argument_message([&] { kla::forward(p); }), "v: must be aligned"));
   p.v = v.data();
-  p.final_state = static_cast<unsigned char*>(out.data()) + 2;  // fp32 state needs 4 bytes
+  p.final_state = static_cast<unsigned char*>(state_spare.data()) + 2;  // fp32 state needs 4 bytes
   EXPECT_TRUE(starts_with(invalid_argument_message([&] { kla::forward(p); }), "final_state: must be aligned"));
   p.final_state = nullptr;
   p.chunk_size = 128;
