@@ -107,8 +107,8 @@ void run_typed(const DeltaRuleBackwardParams& p, const FastBuffers& b, FastBackw
   const DeltaRuleForwardParams f = forward_params(p, b, static_cast<float*>(p.final_state));
   const auto runs = [&](FastBackwardStage s) { return first <= s && s <= last; };
   if (runs(FastBackwardStage::prepare)) {
-    launch(wy_prepare_kernel<T, C>, dim3(N, heads), kPrepareThreads, prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-           p.stream, "wy_prepare_kernel" + suffix, f);
+    launch(wy_prepare_async_kernel<T, C>, dim3(N, heads), wy_prepare_async_threads(C),
+           wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, p.stream, "wy_prepare_async_kernel" + suffix, f);
     const std::size_t tokens = std::size_t(heads) * p.length;
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, p.stream);
     expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, p.stream);
