@@ -264,7 +264,8 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), C == 64 ? 4 : 8) 
   copy_async_commit();
   load_chunk_rows<T, C>(values, pv, v_in, at, DV, size, dvp);
   copy_async_commit();
-  if (threadIdx.x < C) beta[threadIdx.x] = threadIdx.x < size ? to_float(*at.row(static_cast<const T*>(p.beta), threadIdx.x, 1)) : 0.0f;
+  const int tid = threadIdx.x;
+  if (tid < C) beta[tid] = tid < size ? to_float(*at.row(static_cast<const T*>(p.beta), tid, 1)) : 0.0f;
   load_cumulative_gates(gates, gated ? at.row(p.log_gate, 0, 1) : nullptr, size, C);
   copy_async_wait<1>();  // this thread's keys; the barrier publishes everyone's
   __syncthreads();
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), C == 64 ? 4 : 8) 
   if (p.wy_system)  // above the diagonal blocks: zero
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads)
       if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc + idx] = 0.0f;
-  if (threadIdx.x < C) w_scale[threadIdx.x] = gated ? beta[threadIdx.x] * expf(gates[threadIdx.x]) : beta[threadIdx.x];
+  if (tid < C) w_scale[tid] = gated ? beta[tid] * expf(gates[tid]) : beta[tid];
   __syncthreads();
 
   // (3) T = A⁻¹ in place: diagonal blocks, then the merges (16 → 32 → 64).

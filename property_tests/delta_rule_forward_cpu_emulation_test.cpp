@@ -87,9 +87,9 @@ struct EmulatedForward {
 template <class T, int C>
 void run_kernels(const cuda::DeltaRuleForwardParams& p, ThreadOrder order, std::uint64_t seed) {
   const unsigned heads = unsigned(p.batch * p.heads);
-  const std::size_t prepare_bytes = fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
-  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::kPrepareThreads), prepare_bytes, order, seed},
-                    fk::wy_prepare_kernel<T, C>, p);
+  const std::size_t prepare_bytes = fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
+  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::wy_prepare_async_threads(C)), prepare_bytes, order, seed},
+                    fk::wy_prepare_async_kernel<T, C>, p);
   emulation::launch({dim3((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice, heads), dim3(fk::kTcScanThreads),
                      fk::tc_scan_layout(C).bytes, order, seed + 1},
                     fk::chunk_scan_registers_kernel<T, C>, p);
