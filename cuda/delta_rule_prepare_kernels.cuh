@@ -70,15 +70,21 @@ __device__ __forceinline__ void lower_tile(int tile, int& bi, int& bj) {
 // Rows of a chunk (dim columns each, zero past size rows and dim columns, up to cols_pad) into [C][pitch]:
 // cp.async when the rows are whole 16-byte vectors (the caller commits and waits), plain loads otherwise
 // (odd head dims, unaligned pointers: the rare case, left slow).
-template <class T, int C>
+template <class T, int C, int kThreads>
 __device__ void load_chunk_rows(T* dst, int pitch, const T* base, ChunkTokens at, int dim, int size, int cols_pad) {
   constexpr int V = 16 / sizeof(T);
   if (dim % V == 0 && (reinterpret_cast<std::uintptr_t>(base) & 15) == 0) {
-    for_each_2d(C, cols_pad / V, [&](int r, int vec) {
-      const int c = vec * V;
+    const int vecs = cols_pad / V;  // per row
+    auto copy = [&](int r, int c) {
       const bool valid = r < size && c < dim;
       copy_async_16(dst + r * pitch + c, valid ? at.row(base, r, dim) + c : base, valid);
-    });
+    };
+    if (kThreads % vecs == 0) {  // every lane busy: one column per thread, rows kThreads / vecs apart
+      const int c = int(threadIdx.x) % vecs * V;
+      for (int r = int(threadIdx.x) / vecs; r < C; r += kThreads / vecs) copy(r, c);
+    } else {
+      for_each_2d(C, vecs, [&](int r, int vec) { copy(r, vec * V); });
+    }
     return;
   }
   for_each_2d(C, cols_pad, [&](int r, int c) {
@@ -127,44 +133,75 @@ __device__ __forceinline__ void invert_diagonal_blocks(float* sys) {
     for (int i = 0; i < 16; ++i) sys[(r0 + i) * ps + r0 + j] = x[i];
 }
 
-// One merge level S → 2S on every pair of S-blocks (r0 = 2S·pair): T21 = −T22 (A21 T11), fp32 FMA.
-// Pass 1: X = A21 T11 (≤ S terms), parked in the pair's upper block; pass 2: T21 = −T22 X (≤ S terms) in
-// place of A21. S lanes own the columns, each thread R consecutive rows. Two barriers.
+// One merge level S → 2S on every pair of S-blocks (r0 = 2S·pair): T21 = −T22 (A21 T11), fp32 fmaf, the
+// sums in m order (v9's, so the same bits). Pass 1: X = A21 T11 (≤ S terms), parked in the pair's upper
+// block; T11 is block lower triangular, so the threads of column group cg (16 columns) start at m = 16 cg.
+// Pass 2: T21 = −T22 X (≤ S terms, m ≤ i) in place of A21. Rows of A21 and T22 are read four at a time
+// (float4: every row and r0 are 16-byte aligned); each thread owns R rows of one column. Two barriers.
 template <int C, int S, int kThreads, class Policy>
 __device__ __forceinline__ void merge_level(float* sys) {
   constexpr int ps = system_pitch(C), kPairs = C / (2 * S), R = kPairs * S * S / kThreads;
-  static_assert(R >= 1 && R * kThreads == kPairs * S * S, "every thread R whole rows");
-  const int j = threadIdx.x % S, first = (threadIdx.x / S) * R;
-  const int r0 = first / S * 2 * S, i0 = first % S;
-  float* x_block = sys + r0 * ps + r0 + S;       // X: rows r0.., columns r0 + S..
-  float* lower = sys + (r0 + S) * ps + r0;       // A21, then T21
-  const float* t11 = sys + r0 * ps + r0;
-  const float* t22 = sys + (r0 + S) * ps + r0 + S;
+  constexpr int kGroups = S / 16, kGroupThreads = kThreads / kGroups;
+  static_assert(R >= 1 && R * kThreads == kPairs * S * S && kGroupThreads % 32 == 0, "whole rows, warp-uniform groups");
+  const int tid = threadIdx.x;
   float acc[R];
+  {
+    const int group = tid / kGroupThreads, j = 16 * group + tid % 16, first = (tid % kGroupThreads / 16) * R;
+    const int r0 = first / S * 2 * S, i0 = first % S;
+    const float* a21 = sys + (r0 + S) * ps + r0;
+    const float* t11 = sys + r0 * ps + r0;
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 #pragma unroll
-  for (int m = 0; m < S; ++m) {
-    const float t = m >= j ? t11[m * ps + j] : 0.0f;  // T11 is lower triangular (above: parked X); + 0 is exact
+    for (int m0 = 0; m0 < S; m0 += 4) {
+      if (m0 < 16 * group) continue;  // T11's blocks above the diagonal are zero
+      float t[4];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = fmaf(lower[(i0 + r) * ps + m], t, acc[r]);
-  }
+      for (int e = 0; e < 4; ++e) t[e] = m0 + e >= j ? t11[(m0 + e) * ps + j] : 0.0f;  // above: parked X; + 0 is exact
 #pragma unroll
-  for (int r = 0; r < R; ++r) x_block[(i0 + r) * ps + j] = acc[r];
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-#pragma unroll
-  for (int m = 0; m < S; ++m) {
-    if (m <= i0 + R - 1) {  // T22 is lower triangular: row i needs m ≤ i
-      const float x = x_block[m * ps + j];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (m <= i0 + r && Policy::keeps_merge_term(i0 + r, m)) acc[r] = fmaf(t22[(i0 + r) * ps + m], x, acc[r]);
+      for (int r = 0; r < R; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(a21 + (i0 + r) * ps + m0);
+        acc[r] = fmaf(a.x, t[0], acc[r]);
+        acc[r] = fmaf(a.y, t[1], acc[r]);
+        acc[r] = fmaf(a.z, t[2], acc[r]);
+        acc[r] = fmaf(a.w, t[3], acc[r]);
+      }
     }
-  }
 #pragma unroll
-  for (int r = 0; r < R; ++r) lower[(i0 + r) * ps + j] = -acc[r];
+    for (int r = 0; r < R; ++r) sys[(r0 + i0 + r) * ps + r0 + S + j] = acc[r];
+  }
+  __syncthreads();
+  {
+    const int j = tid % S, first = (tid / S) * R;
+    const int r0 = first / S * 2 * S, i0 = first % S;
+    const float* x_block = sys + r0 * ps + r0 + S;
+    const float* t22 = sys + (r0 + S) * ps + r0 + S;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+#pragma unroll
+    for (int m0 = 0; m0 < S; m0 += 4) {
+      if (m0 > i0 + R - 1) break;  // T22 is lower triangular: row i needs m ≤ i
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = x_block[(m0 + e) * ps + j];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 v = *reinterpret_cast<const float4*>(t22 + (i0 + r) * ps + m0);
+        const float t[4] = {v.x, v.y, v.z, v.w};
+        if (m0 + 3 <= i0) {  // the whole group is left of the diagonal for every row (as m0 + 3 < i0 + r)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (Policy::keeps_merge_term(i0 + r, m0 + e)) acc[r] = fmaf(t[e], x[e], acc[r]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (m0 + e <= i0 + r && Policy::keeps_merge_term(i0 + r, m0 + e)) acc[r] = fmaf(t[e], x[e], acc[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) sys[(r0 + S + i0 + r) * ps + r0 + j] = -acc[r];
+  }
   __syncthreads();
 }
 
@@ -205,8 +242,9 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
           if (i >= size || c >= cols) continue;
           T* dst = at.row(out, i, ld) + c;
           T* dst_lo = out_lo != nullptr ? at.row(out_lo, i, ld) + c : nullptr;
-          unsigned rounded, residual;  // W and U in T (scan operands); the residual x − rounded, when asked
-          split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
+          unsigned rounded, residual = 0;  // W and U in T (scan operands); the residual x − rounded, when asked
+          if (dst_lo != nullptr) split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
+          else rounded = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
           if (pairs) {
             *reinterpret_cast<unsigned*>(dst) = rounded;
             if (dst_lo != nullptr) *reinterpret_cast<unsigned*>(dst_lo) = residual;
@@ -260,9 +298,9 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), C == 64 ? 4 : 8) 
   // (1) Every load of the block at once: K, then V (cp.async groups), β and g.
   const T* k_in = static_cast<const T*>(p.k);
   const T* v_in = static_cast<const T*>(p.v);
-  load_chunk_rows<T, C>(keys, pk, k_in, at, DK, size, dkp);
+  load_chunk_rows<T, C, kThreads>(keys, pk, k_in, at, DK, size, dkp);
   copy_async_commit();
-  load_chunk_rows<T, C>(values, pv, v_in, at, DV, size, dvp);
+  load_chunk_rows<T, C, kThreads>(values, pv, v_in, at, DV, size, dvp);
   copy_async_commit();
   const int tid = threadIdx.x;
   if (tid < C) beta[tid] = tid < size ? to_float(*at.row(static_cast<const T*>(p.beta), tid, 1)) : 0.0f;
@@ -324,8 +362,8 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), C == 64 ? 4 : 8) 
   // (4) This thread's pairs (i, j..j+1) of T's lower tiles into registers (wy_inverse written from them).
   constexpr int kPairs = kTiles * 128 / kThreads;
   static_assert(kPairs * kThreads == kTiles * 128, "every thread whole pairs");
-  auto pair_at = [&](int q, int& i, int& j) {
-    const int index = threadIdx.x + q * kThreads, e = index % 128;
+  auto pair_at = [&](int q, int& i, int& j) {  // recomputed where needed: cheaper than registers held across W
+    const int index = tid + q * kThreads, e = index % 128;
     int bi, bj;
     lower_tile(index / 128, bi, bj);
     i = 16 * bi + e / 8, j = 16 * bj + 2 * (e % 8);

@@ -75,14 +75,14 @@ void run_fallback_scan(const cuda::DeltaRuleForwardParams& p, std::uint64_t seed
                     fk::chunk_scan_shared_kernel<T, C, 16>, p);
 }
 
-struct Run {
+struct PrepareRun {
   ForwardResult result;
   ref::Tensor4<ref::Exact> w_lo, u_lo;  // 16-bit inputs only
 };
 
 // The prepare (v10 under Policy, or v9) and, when `scan`, the fallback scan; every written tensor read back.
 template <class Policy = fk::FaithfulPrepare>
-Run emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true) {
+PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true) {
   const DType d = c.dtype;
   const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim, C = c.chunk;
   const Index N = cuda::chunk_count(int(L), int(C));
@@ -123,7 +123,7 @@ Run emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v
   else if (d == DType::bf16) by_chunk(__nv_bfloat16{});
   else by_chunk(__half{});
   for (const Tensor* input : {&m.q, &m.k, &m.v, &m.beta, &m.log_gate, &m.initial_state}) input->buffer.check_guards();
-  Run r;
+  PrepareRun r;
   r.result.w = read(m.w), r.result.u = read(m.u), r.result.a = read(m.a), r.result.t = read(m.t);
   r.w_lo = read(m.w_lo), r.u_lo = read(m.u_lo);
   if (scan) {
@@ -185,12 +185,16 @@ TEST(DeltaRulePrepareCpuEmulation, SameBitsAsV9) {
   }
   for (const DeltaCase& c : cases) {
     const HostInputs in = make_inputs(c);
-    const Run v10 = emulate(c, in, Prepare::v10, false), v9 = emulate(c, in, Prepare::v9, false);
+    const PrepareRun v10 = emulate(c, in, Prepare::v10, false), v9 = emulate(c, in, Prepare::v9, false);
     EXPECT_TRUE(v10.result.a.data == v9.result.a.data) << "A " << describe(c);
     EXPECT_TRUE(v10.result.t.data == v9.result.t.data) << "T " << describe(c);
     EXPECT_TRUE(v10.result.w.data == v9.result.w.data && v10.w_lo.data == v9.w_lo.data) << "W " << describe(c);
     EXPECT_TRUE(v10.result.u.data == v9.result.u.data && v10.u_lo.data == v9.u_lo.data) << "U " << describe(c);
   }
+  // The comparison sees a difference when there is one: a merge without its diagonal term.
+  const HostInputs in = make_inputs(cases.back());
+  EXPECT_FALSE(emulate<MergeDropsItsDiagonalTerm>(cases.back(), in, Prepare::v10, false).result.t.data ==
+               emulate(cases.back(), in, Prepare::v9, false).result.t.data);
 }
 
 // Bugs planted in v10's inverse: the T rows (and the per-block rows T16, T32, T64) must reject each.
