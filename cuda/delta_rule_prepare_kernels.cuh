@@ -26,8 +26,11 @@ struct FaithfulPrepare {
   __host__ __device__ static constexpr bool keeps_merge_term(int /*row*/, int /*m*/) { return true; }
 };
 
-// Warps per block: 8 at C = 64 (the merges and products have work for all), 4 below (more blocks per SM).
-__host__ __device__ constexpr int wy_prepare_async_threads(int chunk) { return chunk == 64 ? 256 : 128; }
+// Warps per block: 8 at C = 64 (the merges and products have work for all), 4 at C = 32, 2 at C = 16, where a
+// block's work is small and more blocks per SM keep more loads in flight (16 at C = 16, registers permitting).
+__host__ __device__ constexpr int wy_prepare_async_threads(int chunk) { return chunk == 64 ? 256 : chunk == 32 ? 128 : 64; }
+// Blocks per SM the launch bounds ask registers for (64 registers per thread at each C).
+__host__ __device__ constexpr int wy_prepare_async_min_blocks(int chunk) { return chunk == 64 ? 4 : chunk == 32 ? 8 : 16; }
 
 // fp32 system buffer: A, then T in place (the upper blocks park the merges' A21 T11), then the factor's
 // hi and lo parts in the dtype, [C][C + 8] each: (C + 8) floats per row hold exactly both.
@@ -116,15 +119,10 @@ __device__ __forceinline__ void invert_diagonal_blocks(float* sys) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const float* row = sys + (r0 + Policy::substitution_row(i)) * ps + r0;
-    float sum = 0.0f;
+    float sum = 0.0f;  // a_im one load each: float4 rows let ptxas hoist them all and spill (64 registers)
 #pragma unroll
-    for (int q = 0; 4 * q < i; ++q) {  // a_im, m < i, four at a time
-      const float4 v = *reinterpret_cast<const float4*>(row + 4 * q);
-      const float a[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (4 * q + e < i && 4 * q + e >= j) sum = fmaf(a[e], x[4 * q + e], sum);
-    }
+    for (int m = 0; m < i; ++m)
+      if (m >= j) sum = fmaf(row[m], x[m], sum);
     x[i] = i < j ? 0.0f : (i == j ? 1.0f : -sum);
   }
   __syncwarp();
@@ -274,7 +272,7 @@ __device__ void wy_product_fp32(const float* sys, const float* scale, const floa
 }
 
 template <class T, int C, class Policy = FaithfulPrepare>
-__global__ void __launch_bounds__(wy_prepare_async_threads(C), C == 64 ? 4 : 8) wy_prepare_async_kernel(DeltaRuleForwardParams p) {
+__global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_min_blocks(C)) wy_prepare_async_kernel(DeltaRuleForwardParams p) {
   constexpr int kThreads = wy_prepare_async_threads(C), kWarps = kThreads / 32, R = C / 16, kTiles = R * (R + 1) / 2;
   constexpr int ps = system_pitch(C);
   const int chunk = blockIdx.x, head = blockIdx.y, N = gridDim.x;
