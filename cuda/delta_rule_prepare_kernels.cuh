@@ -70,6 +70,17 @@ __device__ __forceinline__ void lower_tile(int tile, int& bi, int& bj) {
   bj = tile - bi * (bi + 1) / 2;
 }
 
+// f(x0, x1, row, col) for each pair of an m16n8k16 accumulator pair acc[2][4] holding the 16×16 tile at (row0,
+// col0): rows row0 + g + 8·half, columns col0 + 8n + 2t and the next (mma.sync's accumulator layout).
+template <class F>
+__device__ __forceinline__ void for_each_accumulator_pair(const float (&acc)[2][4], int row0, int col0, F&& f) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) f(acc[n][2 * half], acc[n][2 * half + 1], row0 + g + 8 * half, col0 + 8 * n + 2 * t);
+}
+
 // Rows of a chunk (dim columns each, zero past size rows and dim columns, up to cols_pad) into [C][pitch]:
 // cp.async when the rows are whole 16-byte vectors (the caller commits and waits), plain loads otherwise
 // (odd head dims, unaligned pointers: the rare case, left slow).
@@ -212,7 +223,7 @@ template <class T, int C, int kWarps>
 __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, T* out_lo,
                                   ChunkTokens at, int ld, int size, int cols) {
   constexpr int R = C / 16, kPairs = R > 1 ? R / 2 : 1, G = kWarps / kPairs, pf = system_pitch(C);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int pair = warp % kPairs;
   const bool pairs = cols % 2 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 3) == 0 &&
                      (out_lo == nullptr || (reinterpret_cast<std::uintptr_t>(out_lo) & 3) == 0);
@@ -232,29 +243,25 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
         mma_16816<T>(acc[0], al, b[0], b[1]);
         mma_16816<T>(acc[1], al, b[2], b[3]);
       }
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = i0 + g + 8 * half, c = cb * 16 + 8 * n + 2 * t;
-          if (i >= size || c >= cols) continue;
-          T* dst = at.row(out, i, ld) + c;
-          T* dst_lo = out_lo != nullptr ? at.row(out_lo, i, ld) + c : nullptr;
-          unsigned rounded, residual = 0;  // W and U in T (scan operands); the residual x − rounded, when asked
-          if (dst_lo != nullptr) split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
-          else rounded = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
-          if (pairs) {
-            *reinterpret_cast<unsigned*>(dst) = rounded;
-            if (dst_lo != nullptr) *reinterpret_cast<unsigned*>(dst_lo) = residual;
-          } else {
-            dst[0] = reinterpret_cast<const T*>(&rounded)[0];
-            if (dst_lo != nullptr) dst_lo[0] = reinterpret_cast<const T*>(&residual)[0];
-            if (c + 1 < cols) {
-              dst[1] = reinterpret_cast<const T*>(&rounded)[1];
-              if (dst_lo != nullptr) dst_lo[1] = reinterpret_cast<const T*>(&residual)[1];
-            }
+      for_each_accumulator_pair(acc, i0, cb * 16, [&](float x0, float x1, int i, int c) {
+        if (i >= size || c >= cols) return;
+        T* dst = at.row(out, i, ld) + c;
+        T* dst_lo = out_lo != nullptr ? at.row(out_lo, i, ld) + c : nullptr;
+        unsigned rounded, residual = 0;  // W and U in T (scan operands); the residual x − rounded, when asked
+        if (dst_lo != nullptr) split_pair<T>(x0, x1, rounded, residual);
+        else rounded = pack_pair<T>(x0, x1);
+        if (pairs) {
+          *reinterpret_cast<unsigned*>(dst) = rounded;
+          if (dst_lo != nullptr) *reinterpret_cast<unsigned*>(dst_lo) = residual;
+        } else {
+          dst[0] = reinterpret_cast<const T*>(&rounded)[0];
+          if (dst_lo != nullptr) dst_lo[0] = reinterpret_cast<const T*>(&residual)[0];
+          if (c + 1 < cols) {
+            dst[1] = reinterpret_cast<const T*>(&rounded)[1];
+            if (dst_lo != nullptr) dst_lo[1] = reinterpret_cast<const T*>(&residual)[1];
           }
         }
+      });
     }
   }
 }
@@ -281,7 +288,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   const int dkp = round_up(DK, 16), dvp = round_up(DV, 16), pk = operand_pitch(dkp), pv = operand_pitch(dvp);
   const ChunkTokens at{static_cast<std::size_t>(head) * L + begin};
   const std::size_t block_cc = (static_cast<std::size_t>(head) * N + chunk) * C * C;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const bool gated = p.log_gate != nullptr;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -323,15 +330,11 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
         mma_16816<T>(acc[0], a, b[0], b[1]);
         mma_16816<T>(acc[1], a, b[2], b[3]);
       }
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * bi + g + 8 * half, j = 16 * bj + 8 * n + 2 * t;
-          const float2 value = make_float2(system_entry(i, j, acc[n][2 * half]), system_entry(i, j + 1, acc[n][2 * half + 1]));
-          *reinterpret_cast<float2*>(sys + i * ps + j) = value;
-          if (p.wy_system) store_float2(p.wy_system + block_cc + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
-        }
+      for_each_accumulator_pair(acc, 16 * bi, 16 * bj, [&](float x0, float x1, int i, int j) {
+        const float2 value = make_float2(system_entry(i, j, x0), system_entry(i, j + 1, x1));
+        *reinterpret_cast<float2*>(sys + i * ps + j) = value;
+        if (p.wy_system) store_float2(p.wy_system + block_cc + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
+      });
     }
   } else {
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads) {
