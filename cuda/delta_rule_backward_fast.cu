@@ -1,6 +1,6 @@
 // DeltaNet / Gated DeltaNet backward on tensor cores (bf16 inputs, DK and DV ≤ 128 and multiples of 8,
 // 16-byte aligned rows), host side. Four launches:
-//   1. wy_prepare_kernel (the forward's), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
+//   1. wy_prepare_async_kernel (the forward's stage 1), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
 //   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ in
 //      fp32 with W, U, S and the update's V̄ entering the tensor cores as hi + lo;
 //   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1], chunks in reverse;

@@ -1,5 +1,5 @@
 // The DeltaNet / Gated DeltaNet forward kernels' own source (cuda/delta_rule_forward_kernels.cuh:
-// wy_prepare_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
+// wy_prepare_async_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
 // emulation of CUDA blocks (support/cuda_emulation.hpp: ldmatrix, mma.sync, cp.async and WMMA as
 // the PTX ISA defines them), every intermediate read back and judged by the GPU suite's stage checks
 // (verify/delta_rule_stages.hpp, as property_tests/delta_rule_gpu_test.cpp). NOT a GPU result; it

@@ -56,14 +56,14 @@ struct Emulated {
 };
 
 template <class T, int C, class Policy>
-void run_prepare(const cuda::DeltaRuleForwardParams& p, Prepare which, std::uint64_t seed) {
+void run_prepare(const cuda::DeltaRuleForwardParams& p, Prepare which, ThreadOrder order, std::uint64_t seed) {
   const dim3 grid(cuda::chunk_count(p.length, C), p.batch * p.heads);
   if (which == Prepare::v10)
     emulation::launch({grid, dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-                       ThreadOrder::shuffled, seed},
+                       order, seed},
                       fk::wy_prepare_async_kernel<T, C, Policy>, p);
   else
-    emulation::launch({grid, dim3(fk::kPrepareThreads), fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, ThreadOrder::shuffled, seed},
+    emulation::launch({grid, dim3(fk::kPrepareThreads), fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, order, seed},
                       fk::wy_prepare_kernel<T, C>, p);
 }
 
@@ -82,7 +82,8 @@ struct PrepareRun {
 
 // The prepare (v10 under Policy, or v9) and, when `scan`, the fallback scan; every written tensor read back.
 template <class Policy = fk::FaithfulPrepare>
-PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true) {
+PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true,
+                   ThreadOrder order = ThreadOrder::shuffled) {
   const DType d = c.dtype;
   const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim, C = c.chunk;
   const Index N = cuda::chunk_count(int(L), int(C));
@@ -110,7 +111,7 @@ PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Pre
     using T = decltype(type_tag);
     auto go = [&](auto chunk_tag) {
       constexpr int kC = decltype(chunk_tag)::value;
-      run_prepare<T, kC, Policy>(p, which, c.seed);
+      run_prepare<T, kC, Policy>(p, which, order, c.seed);
       if (scan) run_fallback_scan<T, kC>(p, c.seed + 1);
     };
     switch (C) {
@@ -195,6 +196,23 @@ TEST(DeltaRulePrepareCpuEmulation, SameBitsAsV9) {
   const HostInputs in = make_inputs(cases.back());
   EXPECT_FALSE(emulate<MergeDropsItsDiagonalTerm>(cases.back(), in, Prepare::v10, false).result.t.data ==
                emulate(cases.back(), in, Prepare::v9, false).result.t.data);
+}
+
+// The same bits whatever order the threads run in between barriers, on the paths the register-scan test does
+// not take (fp32 cp.async, plain loads at odd dims, 256-wide rows).
+TEST(DeltaRulePrepareCpuEmulation, ResultsDoNotDependOnThreadOrder) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  const std::vector<DeltaCase> cases = prepare_cases();
+  for (const DeltaCase& c : {cases[1], cases[3], cases[5]}) {
+    const HostInputs in = make_inputs(c);
+    const PrepareRun ascending = emulate(c, in, Prepare::v10, false, ThreadOrder::ascending);
+    for (ThreadOrder order : {ThreadOrder::descending, ThreadOrder::shuffled}) {
+      const PrepareRun other = emulate(c, in, Prepare::v10, false, order);
+      EXPECT_TRUE(ascending.result.a.data == other.result.a.data && ascending.result.t.data == other.result.t.data) << describe(c);
+      EXPECT_TRUE(ascending.result.w.data == other.result.w.data && ascending.result.u.data == other.result.u.data) << describe(c);
+      EXPECT_TRUE(ascending.w_lo.data == other.w_lo.data && ascending.u_lo.data == other.u_lo.data) << describe(c);
+    }
+  }
 }
 
 // Bugs planted in v10's inverse: the T rows (and the per-block rows T16, T32, T64) must reject each.
