@@ -63,11 +63,17 @@ struct ChunkTokens {
   }
 };
 
-// (bi, bj), bj ≤ bi, of the tile-th 16×16 tile on or below the diagonal, row by row.
+// (bi, bj), bj ≤ bi, of the tile-th 16×16 tile on or below the diagonal, row by row (C ≤ 64: ten tiles), read
+// from two constant bit fields (2 bits a tile) instead of a loop: it runs for every pair of T a thread owns.
+__host__ __device__ constexpr unsigned lower_tile_field(bool column) {
+  unsigned field = 0;
+  for (int bi = 0, tile = 0; bi < 4; ++bi)
+    for (int bj = 0; bj <= bi; ++bj, ++tile) field |= unsigned(column ? bj : bi) << (2 * tile);
+  return field;
+}
 __device__ __forceinline__ void lower_tile(int tile, int& bi, int& bj) {
-  bi = 0;
-  while ((bi + 1) * (bi + 2) / 2 <= tile) ++bi;
-  bj = tile - bi * (bi + 1) / 2;
+  constexpr unsigned kRows = lower_tile_field(false), kColumns = lower_tile_field(true);
+  bi = (kRows >> (2 * tile)) & 3, bj = (kColumns >> (2 * tile)) & 3;
 }
 
 // f(x0, x1, row, col) for each pair of an m16n8k16 accumulator pair acc[2][4] holding the 16×16 tile at (row0,
@@ -242,6 +248,27 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
         mma_16816<T>(acc[1], ah, b[2], b[3]);
         mma_16816<T>(acc[0], al, b[0], b[1]);
         mma_16816<T>(acc[1], al, b[2], b[3]);
+      }
+      if (pairs && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile: one 4-byte store a pair, no checks
+        const int lane = threadIdx.x % 32;
+        const std::size_t eight_rows = std::size_t(8) * ld;
+        T* row = at.row(out, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4);
+        T* row_lo = out_lo != nullptr ? at.row(out_lo, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4) : nullptr;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const std::size_t at_pair = half * eight_rows + 8 * n;
+            if (row_lo != nullptr) {
+              unsigned rounded, residual;  // the residual x − rounded too (the backward's W, U as hi + lo)
+              split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
+              *reinterpret_cast<unsigned*>(row + at_pair) = rounded;
+              *reinterpret_cast<unsigned*>(row_lo + at_pair) = residual;
+            } else {
+              *reinterpret_cast<unsigned*>(row + at_pair) = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
+            }
+          }
+        continue;
       }
       for_each_accumulator_pair(acc, i0, cb * 16, [&](float x0, float x1, int i, int c) {
         if (i >= size || c >= cols) return;
