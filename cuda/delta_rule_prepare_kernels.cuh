@@ -11,7 +11,7 @@
 // What differs from v9 (whose time went to waiting, NOTES_delta.md): K and V are requested at once by
 // cp.async (V lands while A and T are built), β and g alongside; the Gram product is mma.sync straight
 // into registers, where A is formed and stored; T is built in place of A in one fp32 buffer, whose bytes
-// then hold the factors' hi and lo parts (no separate factor space: 54 KB at C = 64, DK = DV = 128); the
+// then hold the factors' hi and lo parts (no separate factor space: 53 KB at C = 64, DK = DV = 128); the
 // W and U products pair a short and a long row block per warp so that every warp does the same work.
 #pragma once
 
@@ -203,7 +203,7 @@ __device__ __forceinline__ void merge_level(float* sys) {
       for (int r = 0; r < R; ++r) {
         const float4 v = *reinterpret_cast<const float4*>(t22 + (i0 + r) * ps + m0);
         const float t[4] = {v.x, v.y, v.z, v.w};
-        if (m0 + 3 <= i0) {  // the whole group is left of the diagonal for every row (as m0 + 3 < i0 + r)
+        if (m0 + 3 <= i0) {  // the whole group is on or left of every row's diagonal (m0 + 3 ≤ i0 ≤ i0 + r)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             if (Policy::keeps_merge_term(i0 + r, m0 + e)) acc[r] = fmaf(t[e], x[e], acc[r]);
@@ -250,7 +250,6 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
         mma_16816<T>(acc[1], al, b[2], b[3]);
       }
       if (pairs && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile: one 4-byte store a pair, no checks
-        const int lane = threadIdx.x % 32;
         const std::size_t eight_rows = std::size_t(8) * ld;
         T* row = at.row(out, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4);
         T* row_lo = out_lo != nullptr ? at.row(out_lo, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4) : nullptr;
