@@ -53,8 +53,19 @@ __host__ __device__ inline WyAsyncLayout wy_prepare_async_layout(int element_siz
   return l;
 }
 
-// Where the tokens of this block's chunk live: the one place that knows the [B, H, L, D] layout (row of
-// token t = token0 + t), so that strided tensors change here alone.
+// Where token t of this block's chunk lives: the one place that knows the layouts. Inputs follow the user's
+// strides (cuda/layout.hpp: the chunk's first row and the row stride, in elements); the intermediates W, U,
+// w_lo and u_lo are packed [B, H, L, D] (row token0 + t).
+template <class P>
+struct ChunkRows {
+  P* first;
+  std::int64_t stride;
+  __device__ __forceinline__ P* row(int t) const { return first + t * stride; }
+};
+template <class P>
+__device__ __forceinline__ ChunkRows<P> chunk_rows(P* data, const Strides& s, int b, int h, int begin) {
+  return {data != nullptr ? data + s.head_offset(b, h) + std::int64_t{begin} * s.row : nullptr, s.row};
+}
 struct ChunkTokens {
   std::size_t token0;  // head · L + first token of the chunk
   template <class P>
@@ -91,13 +102,13 @@ __device__ __forceinline__ void for_each_accumulator_pair(const float (&acc)[2][
 // cp.async when the rows are whole 16-byte vectors (the caller commits and waits), plain loads otherwise
 // (odd head dims, unaligned pointers: the rare case, left slow).
 template <class T, int C, int kThreads>
-__device__ void load_chunk_rows(T* dst, int pitch, const T* base, ChunkTokens at, int dim, int size, int cols_pad) {
+__device__ void load_chunk_rows(T* dst, int pitch, ChunkRows<const T> src, int dim, int size, int cols_pad) {
   constexpr int V = 16 / sizeof(T);
-  if (dim % V == 0 && (reinterpret_cast<std::uintptr_t>(base) & 15) == 0) {
+  if (dim % V == 0 && (reinterpret_cast<std::uintptr_t>(src.first) & 15) == 0 && (size == 1 || src.stride % V == 0)) {
     const int vecs = cols_pad / V;  // per row
     auto copy = [&](int r, int c) {
       const bool valid = r < size && c < dim;
-      copy_async_16(dst + r * pitch + c, valid ? at.row(base, r, dim) + c : base, valid);
+      copy_async_16(dst + r * pitch + c, valid ? src.row(r) + c : src.first, valid);
     };
     if (kThreads % vecs == 0) {  // every lane busy: one column per thread, rows kThreads / vecs apart
       const int c = int(threadIdx.x) % vecs * V;
@@ -107,9 +118,7 @@ __device__ void load_chunk_rows(T* dst, int pitch, const T* base, ChunkTokens at
     }
     return;
   }
-  for_each_2d(C, cols_pad, [&](int r, int c) {
-    dst[r * pitch + c] = (r < size && c < dim) ? at.row(base, r, dim)[c] : from_float<T>(0.0f);
-  });
+  for_each_2d(C, cols_pad, [&](int r, int c) { dst[r * pitch + c] = (r < size && c < dim) ? src.row(r)[c] : from_float<T>(0.0f); });
 }
 
 // Two consecutive fp32 entries of an optional [.., C, C] output (4-byte aligned by the API: one 8-byte
@@ -305,10 +314,10 @@ __device__ void wy_product_fp32(const float* sys, const float* scale, const floa
 }
 
 template <class T, int C, class Policy = FaithfulPrepare>
-__global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_min_blocks(C)) wy_prepare_async_kernel(DeltaRuleForwardParams p) {
+__global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_min_blocks(C)) wy_prepare_async_kernel(ForwardStageParams p) {
   constexpr int kThreads = wy_prepare_async_threads(C), kWarps = kThreads / 32, R = C / 16, kTiles = R * (R + 1) / 2;
   constexpr int ps = system_pitch(C);
-  const int chunk = blockIdx.x, head = blockIdx.y, N = gridDim.x;
+  const int chunk = blockIdx.x, head = blockIdx.y, b = head / p.heads, h = head % p.heads, N = gridDim.x;
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int begin = chunk * C, size = min(C, L - begin);
   const int dkp = round_up(DK, 16), dvp = round_up(DV, 16), pk = operand_pitch(dkp), pv = operand_pitch(dvp);
@@ -327,15 +336,14 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   float* w_scale = reinterpret_cast<float*>(smem + lay.w_scale);  // β_j γ_j (β_j without gates)
 
   // (1) Every load of the block at once: K, then V (cp.async groups), β and g.
-  const T* k_in = static_cast<const T*>(p.k);
-  const T* v_in = static_cast<const T*>(p.v);
-  load_chunk_rows<T, C, kThreads>(keys, pk, k_in, at, DK, size, dkp);
+  load_chunk_rows<T, C, kThreads>(keys, pk, chunk_rows(static_cast<const T*>(p.k), p.k_strides, b, h, begin), DK, size, dkp);
   copy_async_commit();
-  load_chunk_rows<T, C, kThreads>(values, pv, v_in, at, DV, size, dvp);
+  load_chunk_rows<T, C, kThreads>(values, pv, chunk_rows(static_cast<const T*>(p.v), p.v_strides, b, h, begin), DV, size, dvp);
   copy_async_commit();
   const int tid = threadIdx.x;
-  if (tid < C) beta[tid] = tid < size ? to_float(*at.row(static_cast<const T*>(p.beta), tid, 1)) : 0.0f;
-  load_cumulative_gates(gates, gated ? at.row(p.log_gate, 0, 1) : nullptr, size, C);
+  const ChunkRows<const T> beta_in = chunk_rows(static_cast<const T*>(p.beta), p.beta_strides, b, h, begin);
+  if (tid < C) beta[tid] = tid < size ? to_float(*beta_in.row(tid)) : 0.0f;
+  load_cumulative_gates(gates, chunk_rows(p.log_gate, p.log_gate_strides, b, h, begin).first, p.log_gate_strides.row, size, C);
   copy_async_wait<1>();  // this thread's keys; the barrier publishes everyone's
   __syncthreads();
 

@@ -73,7 +73,7 @@ struct Pass {
 template <class Policy>
 __device__ __forceinline__ bool reads_initial(const Pass& p) { return p.s0 && Policy::reads_initial_state; }
 template <class Policy, int C>
-__device__ __forceinline__ int chunk_count(const Pass& p) {
+__device__ __forceinline__ int chunks_of(const Pass& p) {
   return Policy::keeps_partial_chunk ? (p.length + C - 1) / C : p.length / C;
 }
 
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
     S[r * Kp + c] = s;
   }
 
-  const int chunks = chunk_count<Policy, C>(p);
+  const int chunks = chunks_of<Policy, C>(p);
   for (int n = 0; n < chunks; ++n) {
     const int t0 = n * C, cn = min(C, L - t0);
     for (int e = tid; e < C * TV; e += NT) {
@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
                     : 0.f;
     }
 
-  const int chunks = chunk_count<Policy, C>(p);
+  const int chunks = chunks_of<Policy, C>(p);
   const auto tile = [&](int n, int which) { return tiles + ((n % 2) * kTiles + which) * 64 * kTcLd; };
   // Copy chunk n into buffer n % 2 (one commit group per chunk).
   const auto copy_chunk = [&](int n) {

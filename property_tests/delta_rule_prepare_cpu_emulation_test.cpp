@@ -56,7 +56,7 @@ struct Emulated {
 };
 
 template <class T, int C, class Policy>
-void run_prepare(const cuda::DeltaRuleForwardParams& p, Prepare which, ThreadOrder order, std::uint64_t seed) {
+void run_prepare(const cuda::delta_rule::ForwardStageParams& p, Prepare which, ThreadOrder order, std::uint64_t seed) {
   const dim3 grid(cuda::chunk_count(p.length, C), p.batch * p.heads);
   if (which == Prepare::v10)
     emulation::launch({grid, dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
@@ -69,7 +69,7 @@ void run_prepare(const cuda::DeltaRuleForwardParams& p, Prepare which, ThreadOrd
 
 // The fallback scan with 16 value rows per block (it fits every head dim up to 256).
 template <class T, int C>
-void run_fallback_scan(const cuda::DeltaRuleForwardParams& p, std::uint64_t seed) {
+void run_fallback_scan(const cuda::delta_rule::ForwardStageParams& p, std::uint64_t seed) {
   emulation::launch({dim3((p.value_dim + 15) / 16, p.batch * p.heads), dim3(fk::kScanThreads), fk::scan_layout(sizeof(T), C, 16, p.key_dim).bytes,
                      ThreadOrder::shuffled, seed},
                     fk::chunk_scan_shared_kernel<T, C, 16>, p);
@@ -80,17 +80,36 @@ struct PrepareRun {
   ref::Tensor4<ref::Exact> w_lo, u_lo;  // 16-bit inputs only
 };
 
+// [B, H, L, D] values laid out token-major, [B, L, H, D] (fla's layout), and the strides that view them as
+// [B, H, L, D] again.
+ref::Tensor4<ref::Exact> token_major(const ref::Tensor4<ref::Exact>& t) {
+  ref::Tensor4<ref::Exact> out(t.batch, t.rows, t.heads, t.cols);
+  for (Index b = 0; b < t.batch; ++b)
+    for (Index h = 0; h < t.heads; ++h)
+      for (Index i = 0; i < t.rows; ++i)
+        for (Index j = 0; j < t.cols; ++j)
+          out.data[size_t(((b * t.rows + i) * t.heads + h) * t.cols + j)] = t.data[size_t(((b * t.heads + h) * t.rows + i) * t.cols + j)];
+  return out;
+}
+cuda::Strides token_major_strides(Index heads, Index length, Index cols) { return {length * heads * cols, cols, heads * cols}; }
+
+enum class Layout { packed, token_major };
+
 // The prepare (v10 under Policy, or v9) and, when `scan`, the fallback scan; every written tensor read back.
+// token_major: k, v, β and g as fla lays them out (the kernels follow the strides; q and the scan stay packed).
 template <class Policy = fk::FaithfulPrepare>
 PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true,
-                   ThreadOrder order = ThreadOrder::shuffled) {
+                   ThreadOrder order = ThreadOrder::shuffled, Layout layout = Layout::packed) {
   const DType d = c.dtype;
   const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim, C = c.chunk;
   const Index N = cuda::chunk_count(int(L), int(C));
   const bool split = d != DType::f32;
   Emulated m;
-  m.q = write("q", in.q, d), m.k = write("k", in.k, d), m.v = write("v", in.v, d), m.beta = write("beta", in.beta, d);
-  if (c.gated) m.log_gate = write("log_gate", in.log_gate, DType::f32);
+  const bool strided = layout == Layout::token_major;
+  auto laid_out = [&](const ref::Tensor4<ref::Exact>& t) { return strided ? token_major(t) : t; };
+  m.q = write("q", in.q, d), m.k = write("k", laid_out(in.k), d), m.v = write("v", laid_out(in.v), d);
+  m.beta = write("beta", laid_out(in.beta), d);
+  if (c.gated) m.log_gate = write("log_gate", laid_out(in.log_gate), DType::f32);
   if (c.with_initial_state) m.initial_state = write("initial_state", in.initial_state, DType::f32);
   m.w = Tensor("w", d, B, H, L, DK), m.u = Tensor("u", d, B, H, L, DV);
   if (split) m.w_lo = Tensor("w_lo", d, B, H, L, DK), m.u_lo = Tensor("u_lo", d, B, H, L, DV);
@@ -99,8 +118,13 @@ PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Pre
     m.output = Tensor("output", d, B, H, L, DV), m.final_state = Tensor("final_state", DType::f32, B, H, DV, DK);
     m.v_new = Tensor("v_new", DType::f32, B, H, L, DV), m.boundary = Tensor("boundary_states", DType::f32, B, H, N * DV, DK);
   }
-  cuda::DeltaRuleForwardParams p;
+  cuda::delta_rule::ForwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
+  if (strided) {
+    p.k_strides = token_major_strides(H, L, DK), p.v_strides = token_major_strides(H, L, DV);
+    p.beta_strides = p.log_gate_strides = token_major_strides(H, L, 1);
+  }
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data();
   p.log_gate = static_cast<const float*>(m.log_gate.data()), p.initial_state = static_cast<const float*>(m.initial_state.data());
   p.w = m.w.data(), p.u = m.u.data(), p.w_lo = m.w_lo.data(), p.u_lo = m.u_lo.data();
@@ -212,6 +236,22 @@ TEST(DeltaRulePrepareCpuEmulation, ResultsDoNotDependOnThreadOrder) {
       EXPECT_TRUE(ascending.result.w.data == other.result.w.data && ascending.result.u.data == other.result.u.data) << describe(c);
       EXPECT_TRUE(ascending.w_lo.data == other.w_lo.data && ascending.u_lo.data == other.u_lo.data) << describe(c);
     }
+  }
+}
+
+// Token-major inputs (fla's [B, T, H, D] viewed through strides): the same bits as packed ones, on cp.async rows
+// (row stride H·D) and plain loads (odd D) alike.
+TEST(DeltaRulePrepareCpuEmulation, StridedInputsGiveTheSameBits) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  const std::vector<DeltaCase> cases = prepare_cases();
+  for (DeltaCase c : {cases[1], cases[2], cases[4]}) {
+    c.batch = 2, c.heads = 3;
+    const HostInputs in = make_inputs(c);
+    const PrepareRun packed = emulate(c, in, Prepare::v10, false);
+    const PrepareRun strided = emulate(c, in, Prepare::v10, false, ThreadOrder::shuffled, Layout::token_major);
+    EXPECT_TRUE(packed.result.a.data == strided.result.a.data && packed.result.t.data == strided.result.t.data) << describe(c);
+    EXPECT_TRUE(packed.result.w.data == strided.result.w.data && packed.result.u.data == strided.result.u.data) << describe(c);
+    EXPECT_TRUE(packed.w_lo.data == strided.w_lo.data && packed.u_lo.data == strided.u_lo.data) << describe(c);
   }
 }
 
