@@ -321,8 +321,8 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int begin = chunk * C, size = min(C, L - begin);
   const int dkp = round_up(DK, 16), dvp = round_up(DV, 16), pk = operand_pitch(dkp), pv = operand_pitch(dvp);
-  const ChunkTokens at{static_cast<std::size_t>(head) * L + begin};
-  const std::size_t block_cc = (static_cast<std::size_t>(head) * N + chunk) * C * C;
+  // The chunk's C×C block of wy_system / wy_inverse (packed), computed where used: fewer live registers.
+  auto block_cc = [&] { return (static_cast<std::size_t>(head) * N + chunk) * C * C; };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const bool gated = p.log_gate != nullptr;
 
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
       for_each_accumulator_pair(acc, 16 * bi, 16 * bj, [&](float x0, float x1, int i, int j) {
         const float2 value = make_float2(system_entry(i, j, x0), system_entry(i, j + 1, x1));
         *reinterpret_cast<float2*>(sys + i * ps + j) = value;
-        if (p.wy_system) store_float2(p.wy_system + block_cc + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
+        if (p.wy_system) store_float2(p.wy_system + block_cc() + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
       });
     }
   } else {
@@ -379,12 +379,12 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
         for (int c = 0; c < DK; ++c) gram = fmaf(to_float(keys[i * pk + c]), to_float(keys[j * pk + c]), gram);
       const float value = system_entry(i, j, gram);
       sys[i * ps + j] = value;
-      if (p.wy_system) p.wy_system[block_cc + idx] = i == j ? 1.0f : value;
+      if (p.wy_system) p.wy_system[block_cc() + idx] = i == j ? 1.0f : value;
     }
   }
   if (p.wy_system)  // above the diagonal blocks: zero
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads)
-      if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc + idx] = 0.0f;
+      if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc() + idx] = 0.0f;
   if (tid < C) w_scale[tid] = gated ? beta[tid] * expf(gates[tid]) : beta[tid];
   __syncthreads();
 
@@ -409,12 +409,13 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
     int i, j;
     pair_at(q, i, j);
     tv[q] = make_float2(j <= i ? sys[i * ps + j] : 0.0f, j + 1 <= i ? sys[i * ps + j + 1] : 0.0f);
-    if (p.wy_inverse) store_float2(p.wy_inverse + block_cc + i * C + j, tv[q].x, tv[q].y);
+    if (p.wy_inverse) store_float2(p.wy_inverse + block_cc() + i * C + j, tv[q].x, tv[q].y);
   }
   if (p.wy_inverse)
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads)
-      if ((idx % C) / 16 > (idx / C) / 16) p.wy_inverse[block_cc + idx] = 0.0f;
+      if ((idx % C) / 16 > (idx / C) / 16) p.wy_inverse[block_cc() + idx] = 0.0f;
 
+  const ChunkTokens at{static_cast<std::size_t>(head) * L + begin};  // W, U (packed)
   if constexpr (kTensorCore<T>) {
     // (5) The factor T diag(s) in fp32, split hi + lo in T, over T's own bytes (s = βγ for W, β for U).
     T* f_hi = reinterpret_cast<T*>(sys);
