@@ -180,7 +180,8 @@ void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchm
 void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
 void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
 
-void BM_DeltaRuleDecode(benchmark::State& state) {
+// queued: timed with the launch queued ahead of the clock (time_launches), the GPU's time alone.
+void decode_benchmark(benchmark::State& state, bool queued) {
   const int B = static_cast<int>(state.range(0)), T = 1;
   const bool gated = state.range(1) != 0;
   const std::size_t tokens = static_cast<std::size_t>(B) * kHeads * T, states = static_cast<std::size_t>(B) * kHeads * kDim * kDim;
@@ -202,11 +203,14 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
     p.log_gate = gated ? static_cast<const float*>(sets[i].gate) : nullptr;
     p.initial_state = static_cast<const float*>(sets[i].s), p.final_state = static_cast<float*>(sets[i].s);  // in place
     kdr::decode(p);
-  });
+  }, queued);
   const double bytes = 2.0 * states * 4 + 4.0 * tokens * kDim * 2;  // state in and out, q, k, v, o
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOPs"] = benchmark::Counter(6.0 * states * T, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_DeltaRuleDecode(benchmark::State& state) { decode_benchmark(state, false); }
+void BM_DeltaRuleDecodeQueued(benchmark::State& state) { decode_benchmark(state, true); }
 
 }  // namespace
 
@@ -226,6 +230,8 @@ BENCHMARK(BM_DeltaRuleBackwardStatePass)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardChunkGradients)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DeltaRuleDecodeQueued)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 
 BENCHMARK_MAIN();

@@ -22,19 +22,22 @@
 // updated in place, initial_state == final_state with equal strides. The workspace (forward: W and U;
 // backward: its intermediates) is workspace_bytes(p) bytes of device memory, 256-byte aligned.
 //
-// Inputs are computed with, not refused (no check reads them): β may be any real number (outside
-// [0, 1], I − β k kᵀ expands instead of contracting), g any real number (g > 0: α > 1, the state
-// grows), as the oracle takes them. NaN and ±Inf are IEEE numbers like any other, and in the forward
-// and decode they go where the recurrence carries them:
-//   * a NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or ±Inf, every other output
-//     and the states are bit for bit those without it;
-//   * a NaN in k_t, β_t or g_t makes S_t and every later state NaN, hence every entry of o_s for s ≥ t
-//     and of the final state; a NaN in v_t[r] does the same to value row r alone (row r of the states,
-//     column r of o_s for s ≥ t; every other entry bit for bit unchanged);
-//   * outputs of tokens before t's 16-token tile are bit for bit unchanged; those between the tile's
-//     start and t may be NaN too: the chunkwise kernels multiply masked-out zeros by the tile's values,
-//     and 0 · NaN = NaN. Decode runs the recurrence token by token: o_s for s < t is unchanged.
-// The backward propagates them by the same arithmetic; which gradients they reach is not stated.
+// Inputs are computed with, not refused (no check reads them), as the oracle takes any real β and g
+// (bad_inputs_gpu_test.cpp states each case below as a test):
+//   * β outside [0, 1]: computed (β > 1 or β < 0 make I − β k kᵀ expand); g > 0 (α > 1, the state
+//     grows): computed. α ≤ 0 cannot be given: the kernels take g = ln α. g = −∞ (α = 0, a reset) is
+//     taken by decode as α = 0, while the chunkwise forward meets −∞ − (−∞) = NaN in its in-chunk
+//     decays and treats it as a NaN (below); start a new sequence to reset a state there.
+//   * NaN and ±Inf are IEEE numbers like any other, and in the forward and decode they go where the
+//     recurrence carries them. A NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or
+//     ±Inf, every other output and the states bit for bit those without it. A NaN in k_t, β_t or g_t
+//     makes S_t and every later state NaN, hence every entry of o_s for s ≥ t and of the final state;
+//     a NaN in v_t[r] does the same to value row r alone (row r of the states, column r of o_s for
+//     s ≥ t; every other entry bit for bit unchanged). Outputs of tokens before t's 16-token tile are
+//     bit for bit unchanged; those between the tile's start and t may be NaN too: the chunkwise kernels
+//     multiply masked-out zeros by the tile's values, and 0 · NaN = NaN. Decode runs the recurrence
+//     token by token: o_s for s < t is unchanged.
+//   * The backward computes them by the same arithmetic; which gradients NaN and Inf reach is not stated.
 // fp16 and bf16 outputs round once; an exact output past the dtype's range becomes ±Inf (IEEE overflow).
 //
 // The chunkwise forward is two kernels:

@@ -17,13 +17,17 @@
 // address ranges the strides imply and names both tensors); the one exception is decode's state
 // updated in place, initial_state == final_state with equal strides.
 //
-// NaN and ±Inf inputs are computed with, not refused (IEEE arithmetic, no check): a NaN or Inf in q_t
-// reaches o_t alone (every entry of o_t is then NaN or ±Inf; every other output and the states are bit
-// for bit those without it); a NaN in k_t or v_t reaches the state from t on, hence o_s for s ≥ t and
-// the final state, while outputs of tokens before t's 16-token tile are bit for bit unchanged (those
-// between the tile's start and t may be NaN: the tensor-core pass multiplies masked-out zeros by the
-// tile's values, 0 · NaN = NaN). Decode runs token by token: o_s for s < t is unchanged. The backward
-// propagates them by the same arithmetic; which gradients they reach is not stated.
+// NaN and ±Inf inputs are computed with, not refused (IEEE arithmetic, no check reads them), and in
+// the forward and decode they go where the recurrence carries them (bad_inputs_gpu_test.cpp):
+//   * a NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or ±Inf, every other output
+//     and the states are bit for bit those without it;
+//   * a NaN in k_t[d] makes column d of every later state NaN, hence every entry of o_s for s ≥ t;
+//     a NaN in v_t[r] makes row r of every later state NaN and column r of o_s for s ≥ t, every
+//     other entry bit for bit unchanged;
+//   * outputs of tokens before t's 16-token tile are bit for bit unchanged; those between the tile's
+//     start and t may be NaN too (the tensor-core pass multiplies masked-out zeros by the tile's
+//     values, 0 · NaN = NaN). Decode runs token by token: o_s for s < t is unchanged.
+// The backward propagates them by the same arithmetic; which gradients they reach is not stated.
 //
 // Range: the state is a sum over all tokens with no decay, so it grows without bound (≈ √L for
 // zero-mean inputs, ∝ L for same-signed ones). States stay fp32; an output entry is rounded once to
