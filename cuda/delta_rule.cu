@@ -132,10 +132,10 @@ void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_
 
 template <class T, int C>
 void prepare_typed(const ForwardStageParams& p, cudaStream_t stream) {
-  const std::size_t smem = prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
+  const std::size_t smem = wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
   const dim3 grid(chunk_count(p.length, C), p.batch * p.heads);
-  launch(wy_prepare_kernel<T, C>, grid, kPrepareThreads, smem, stream,
-         "wy_prepare_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+  launch(wy_prepare_async_kernel<T, C>, grid, wy_prepare_async_threads(C), smem, stream,
+         "wy_prepare_async_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
 }
 
 template <class T, int C, int BV>

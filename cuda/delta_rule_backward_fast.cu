@@ -1,6 +1,6 @@
 // DeltaNet / Gated DeltaNet backward on tensor cores (bf16 inputs, DK and DV ≤ 128 and multiples of 8,
 // 16-byte aligned rows), host side. Four launches:
-//   1. wy_prepare_kernel (the forward's), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
+//   1. wy_prepare_async_kernel (the forward's stage 1), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
 //   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ as
 //      the hi + lo pairs that W, U, S and the update's V̄ also enter the tensor cores as;
 //   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1] (as pairs), chunks in reverse;
@@ -107,8 +107,8 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
   const std::size_t tokens = std::size_t(heads) * p.length, states = std::size_t(heads) * N * p.value_dim * p.key_dim;
   const auto runs = [&](TensorCoreStage s) { return first <= s && s <= last; };
   if (runs(TensorCoreStage::prepare)) {
-    launch(wy_prepare_kernel<T, C>, dim3(N, heads), kPrepareThreads, prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-           stream, "wy_prepare_kernel" + suffix, f);
+    launch(wy_prepare_async_kernel<T, C>, dim3(N, heads), wy_prepare_async_threads(C),
+           wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, stream, "wy_prepare_async_kernel" + suffix, f);
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, stream);
     expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, stream);
   }

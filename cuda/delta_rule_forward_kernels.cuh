@@ -1017,3 +1017,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeParams p) 
 }
 
 }  // namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS
+
+// Stage 1, v10 (loads overlapped, products in registers): launched in place of wy_prepare_kernel above.
+#include "cuda/delta_rule_prepare_kernels.cuh"

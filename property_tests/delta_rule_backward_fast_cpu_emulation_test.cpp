@@ -77,8 +77,9 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
   const unsigned slices = unsigned((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice);
-  emulation::launch({dim3(N, heads), dim3(fk::kPrepareThreads), fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, order, seed},
-                    fk::wy_prepare_kernel<T, C>, f);
+  emulation::launch({dim3(N, heads), dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
+                     order, seed},
+                    fk::wy_prepare_async_kernel<T, C>, f);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed + 1},
                     fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},

@@ -1,5 +1,5 @@
 // The DeltaNet / Gated DeltaNet forward kernels' own source (cuda/delta_rule_forward_kernels.cuh:
-// wy_prepare_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
+// wy_prepare_async_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
 // emulation of CUDA blocks (support/cuda_emulation.hpp: ldmatrix, mma.sync, cp.async and WMMA as
 // the PTX ISA defines them), every intermediate read back and judged by the GPU suite's stage checks
 // (verify/delta_rule_stages.hpp, as property_tests/delta_rule_gpu_test.cpp). NOT a GPU result; it
@@ -96,9 +96,9 @@ struct EmulatedForward {
 template <class T, int C>
 void run_kernels(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder order, std::uint64_t seed) {
   const unsigned heads = unsigned(p.batch * p.heads);
-  const std::size_t prepare_bytes = fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
-  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::kPrepareThreads), prepare_bytes, order, seed},
-                    fk::wy_prepare_kernel<T, C>, p);
+  const std::size_t prepare_bytes = fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
+  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::wy_prepare_async_threads(C)), prepare_bytes, order, seed},
+                    fk::wy_prepare_async_kernel<T, C>, p);
   emulation::launch({dim3((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice, heads), dim3(fk::kTcScanThreads),
                      fk::tc_scan_layout(C).bytes, order, seed + 1},
                     fk::chunk_scan_registers_kernel<T, C>, p, fk::StatePassOutputs{});

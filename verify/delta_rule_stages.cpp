@@ -166,6 +166,12 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
   return gdr::decay_from_gates<S>(Vector<S>::Ones(g.size()));
 }
 
+// Roundings a term of T's blocks of size `size` passes through, as the prepare kernel computes them (fp32
+// fmaf, each one rounding): the 16×16 forward substitution x_ij = −Σ_{j≤m<i} a_im x_mj (sum in m order, a_im
+// exact) puts i − j ≤ 15 on a term; a merge T21 = −T22 (A21 T11) multiplies computed factors, whose counts
+// add (Higham, Lemma 3.3), and sums twice over ≤ s terms: D(2s) = 2 D(s) + 2s, so 15, 62, 188 at 16, 32, 64.
+static long inverse_roundings(Index size) { return size <= 16 ? 15 : 2 * inverse_roundings(size / 2) + size; }
+
 // One head, every chunk: A, T (whole, each 16×16 diagonal block, each merged block), W, U, V̄,
 // S_[c+1] (boundary, or final when the result has it), O (when it has it). S is Exact for DeltaNet and
 // High for Gated DeltaNet.
@@ -227,8 +233,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     a_bound.topLeftCorner(n, n) = dr::strictly_lower<S>(Matrix<S>(scalar_times(rho(DK + 2, 0, 0, eps_d), a_mag) + floor_of(a_mag)));
     add("A", cc, a_hat, a_ref, a_bound);
 
-    // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and two merge levels
-    // in fp32, at most 2C roundings deep; magnitude (I − |strictly_lower(Â)|)⁻¹.
+    // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and merge levels in fp32,
+    // γ_D(u32) with D = inverse_roundings(C) (15, 62, 188; the v9 comment's "2C roundings deep" under-counted
+    // the merges' products at C = 64); magnitude (I − |strictly_lower(Â)|)⁻¹, the same program on |Â|.
     const Matrix<S> a_top = a_hat.topLeftCorner(n, n);
     const dr::BlockInverse<S> inv = dr::invert_unit_lower_blocked<S>(a_top, 16);
     const Matrix<S> t_mag_top = dr::invert_unit_lower_forward_substitution<S>(
@@ -238,12 +245,12 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     t_ref.topLeftCorner(n, n) = inv.t;
     t_mag.topLeftCorner(n, n) = t_mag_top;
     Matrix<S> t_bound = exact_bound(C, C);
-    t_bound.topLeftCorner(n, n) = scalar_times(ref::gamma(2 * C, u32), t_mag_top) + floor_of(t_mag_top);
+    t_bound.topLeftCorner(n, n) = scalar_times(ref::gamma(inverse_roundings(C), u32), t_mag_top) + floor_of(t_mag_top);
     add("T", cc, t_hat, t_ref, t_bound);
     for (size_t blk = 0; blk < inv.diagonal_block_inverses.size(); ++blk) {
       const Index at = Index(blk) * 16;
       add("T16." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, 16, 16)), inv.diagonal_block_inverses[blk],
-          Matrix<S>(scalar_times(ref::gamma(32, u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
+          Matrix<S>(scalar_times(ref::gamma(inverse_roundings(16), u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
                     Matrix<S>::Constant(16, 16, floor_of(t_mag_top)(0, 0))));
     }
     for (size_t level = 0; level < inv.merged_levels.size(); ++level)
@@ -251,7 +258,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
         const Index size = Index(16) << (level + 1), at = Index(blk) * size;
         add("T" + std::to_string(size) + "." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, size, size)),
             inv.merged_levels[level][blk],
-            Matrix<S>(scalar_times(ref::gamma(2 * size, u32), Matrix<S>(t_mag.block(at, at, size, size))) +
+            Matrix<S>(scalar_times(ref::gamma(inverse_roundings(size), u32), Matrix<S>(t_mag.block(at, at, size, size))) +
                       Matrix<S>::Constant(size, size, floor_of(t_mag_top)(0, 0))));
       }
 
