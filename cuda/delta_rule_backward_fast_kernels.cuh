@@ -147,21 +147,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_rows(w_s, w_head, DK, t0, size);
     load_slice(do_s, t0, size);
-#pragma unroll
-    for (int n = 0; n < kStateTiles; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
-        unsigned hi, lo;
-        split_pair<T>(G[n][2 * half], G[n][2 * half + 1], hi, lo);
-        *reinterpret_cast<unsigned*>(g_hi + r * kTcLd + c) = hi;
-        *reinterpret_cast<unsigned*>(g_lo + r * kTcLd + c) = lo;
-        if (v0 + r < DV && c < DK) {  // DK is a multiple of 8: a pair never straddles the end of a row
-          const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
-          *reinterpret_cast<unsigned*>(static_cast<T*>(b.state_gradients_hi) + at) = hi;
-          *reinterpret_cast<unsigned*>(static_cast<T*>(b.state_gradients_lo) + at) = lo;
-        }
-      }
+    {
+      const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
+      publish_state_part<T>(G, g_hi, g_lo, state_rows, state_key0, static_cast<T*>(b.state_gradients_hi) + at,
+                            static_cast<T*>(b.state_gradients_lo) + at, DK, DV - v0 - state_rows, DK - state_key0, g, t);
+    }
     if (gated && warp == 0) {
       float lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
       float hi = lane + 32 < size ? gate_head[(t0 + lane + 32) * p.log_gate_strides.row] : 0.0f;
@@ -250,16 +240,17 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
 #pragma unroll
-        for (int n = 0; n < kOutTiles; ++n) {
-          const int c = out_col0 + 8 * n + 2 * t;
-          unsigned hi, lo;
-          split_pair<T>(D[n][2 * half], D[n][2 * half + 1], hi, lo);
-          if (r < size && v0 + c < DV) {
-            const std::size_t at = (token0 + r) * DV + v0 + c;
-            *reinterpret_cast<unsigned*>(static_cast<T*>(b.d_v_new_hi) + at) = hi;
-            *reinterpret_cast<unsigned*>(static_cast<T*>(b.d_v_new_lo) + at) = lo;
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned hi[2], lo[2];
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            split_pair<T>(D[n + m][2 * half], D[n + m][2 * half + 1], hi[m], lo[m]);
+            *reinterpret_cast<unsigned*>(dvb_s + r * kTcVLd + out_col0 + 8 * (n + m) + 2 * t) = hi[m];
           }
-          *reinterpret_cast<unsigned*>(dvb_s + r * kTcVLd + c) = hi;
+          const int c = out_col0 + 8 * n;
+          const std::size_t at = (token0 + r) * DV + v0 + c;
+          store_tile_pairs<T>(static_cast<T*>(b.d_v_new_hi) + at, hi[0], hi[1], t, r < size, DV - v0 - c);
+          store_tile_pairs<T>(static_cast<T*>(b.d_v_new_lo) + at, lo[0], lo[1], t, r < size, DV - v0 - c);
         }
       }
     }

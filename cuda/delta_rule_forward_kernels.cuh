@@ -594,6 +594,35 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(Forward
 constexpr int kTcScanThreads = 256, kTcSlice = 64, kTcKeys = 128;
 constexpr int kTcLd = kTcKeys + 8, kTcVLd = kTcSlice + 8;  // padded rows: ldmatrix without bank conflicts
 
+// A warp's 16 × 64 part of a scan's state (registers, mma accumulator layout: 8 n8 tiles) published
+// as hi + lo to the shared tiles the block's products read (row pitch kTcLd) and, when `out_hi` is
+// given, stored as the same pairs to global memory (`out_hi`/`out_lo` at the part's first row and
+// key, row pitch `out_pitch`; `rows_left`/`keys_left` from there bound what is stored).
+template <class T>
+__device__ __forceinline__ void publish_state_part(const float (&S)[8][4], T* s_hi, T* s_lo, int part_row, int part_key,
+                                                   T* out_hi, T* out_lo, int out_pitch, int rows_left, int keys_left,
+                                                   int g, int t) {
+#pragma unroll
+  for (int n = 0; n < 8; n += 2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      unsigned hi[2], lo[2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int at = (part_row + r) * kTcLd + part_key + 8 * (n + m) + 2 * t;
+        split_pair<T>(S[n + m][2 * half], S[n + m][2 * half + 1], hi[m], lo[m]);
+        *reinterpret_cast<unsigned*>(s_hi + at) = hi[m];
+        *reinterpret_cast<unsigned*>(s_lo + at) = lo[m];
+      }
+      if (out_hi != nullptr) {
+        const std::size_t at = static_cast<std::size_t>(r) * out_pitch + 8 * n;
+        store_tile_pairs<T>(out_hi + at, hi[0], hi[1], t, r < rows_left, keys_left - 8 * n);
+        store_tile_pairs<T>(out_lo + at, lo[0], lo[1], t, r < rows_left, keys_left - 8 * n);
+      }
+    }
+}
+
 struct TcScanLayout {
   std::size_t s_hi, s_lo, queries, keys, w, v_new, v_decayed, gates, bytes;
 };
@@ -719,27 +748,23 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
+    {
+      T* out_hi = nullptr;  // the state pass's S_[c] pairs
+      T* out_lo = nullptr;
+      const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
+      if constexpr (StatePass) out_hi = static_cast<T*>(pairs.s_hi) + at, out_lo = static_cast<T*>(pairs.s_lo) + at;
+      publish_state_part<T>(S, s_hi, s_lo, state_rows, state_key0, out_hi, out_lo, DK, DV - v0 - state_rows,
+                            DK - state_key0, g, t);
+    }
+    if (!StatePass && p.boundary_states)  // S_[c] in fp32, for the stage tests
 #pragma unroll
-    for (int n = 0; n < kStateTiles; ++n)
+      for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
-        unsigned hi, lo;
-        split_pair<T>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
-        *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = hi;
-        *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = lo;
-        if constexpr (StatePass) {
-          if (v0 + r < DV && c < DK) {  // DK is a multiple of 8: a pair never straddles the end of a row
-            const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
-            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_hi) + at) = hi;
-            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_lo) + at) = lo;
-          }
-        } else if (p.boundary_states && v0 + r < DV && c < DK) {
-          float* dst = p.boundary_states + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
-          dst[0] = S[n][2 * half];
-          if (c + 1 < DK) dst[1] = S[n][2 * half + 1];
+        for (int x = 0; x < 4; ++x) {
+          const int r = state_rows + g + (x / 2) * 8, c = state_key0 + 8 * n + 2 * t + x % 2;
+          if (v0 + r < DV && c < DK)
+            p.boundary_states[((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c] = S[n][x];
         }
-      }
     if (gated && warp == 0) {
       float lo = g_lo, hi = g_hi;
       chunk_prefix_sums(lo, hi, lane);
@@ -800,6 +825,17 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
         const float decay = gated ? expf(last - gates[r]) : 1.0f;
+        if constexpr (StatePass) {  // V̄ itself as a pair for the chunk gradients
+#pragma unroll
+          for (int n = 0; n < kOutTiles; n += 2) {
+            unsigned hi[2], lo[2];
+            for (int m = 0; m < 2; ++m) split_pair<T>(V[n + m][2 * half], V[n + m][2 * half + 1], hi[m], lo[m]);
+            const int c = out_col0 + 8 * n;
+            const std::size_t at = (token0 + r) * DV + v0 + c;
+            store_tile_pairs<T>(static_cast<T*>(pairs.v_hi) + at, hi[0], hi[1], t, r < size, DV - v0 - c);
+            store_tile_pairs<T>(static_cast<T*>(pairs.v_lo) + at, lo[0], lo[1], t, r < size, DV - v0 - c);
+          }
+        }
 #pragma unroll
         for (int n = 0; n < kOutTiles; ++n) {
           const int c = out_col0 + 8 * n + 2 * t;
@@ -810,11 +846,6 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           }
           if constexpr (StatePass) {  // the update's operand diag(γ_C/γ) V̄ as hi + lo (the same positions this lane read)
             unsigned hi, lo;
-            if (r < size && v0 + c < DV) {  // V̄ itself as a pair for the chunk gradients
-              split_pair<T>(x0, x1, hi, lo);
-              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_hi) + (token0 + r) * DV + v0 + c) = hi;
-              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_lo) + (token0 + r) * DV + v0 + c) = lo;
-            }
             split_pair<T>(gated ? x0 * decay : x0, gated ? x1 * decay : x1, hi, lo);
             *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = hi;
             *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = lo;
