@@ -14,6 +14,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kc = deltaproof::cuda;
@@ -92,7 +93,8 @@ void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, S
 
 // ---------------------------------------------------------------------------------------
 // Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
-// dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for C = 16.
+// dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for the largest need over C.
+// bf16 at D = 128 takes the tensor-core backward (cuda/delta_rule_backward_fast.cu); its stages are timed alone.
 
 struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
@@ -103,7 +105,8 @@ const std::vector<BackwardSet>& backward_sets() {
     std::vector<BackwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
-    const std::size_t workspace = kdr::workspace_bytes(shape<kdr::BackwardParams>(16));
+    std::size_t workspace = 0;
+    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::BackwardParams>(C)));
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
                    device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
@@ -126,7 +129,8 @@ kdr::BackwardParams backward_params(int set, int C, bool gated) {
   return p;
 }
 
-// Algorithmic FLOPs per token of the backward v1 (no triangular savings; D = DK = DV):
+// Algorithmic FLOPs per token of the backward (no triangular savings; D = DK = DV; the hi + lo products and
+// the recomputed forward's extra products not counted):
 // prepare K Kᵀ, Q Kᵀ, W, U 8CD; state scan V̄ and S 4D²; gradient scan dV̄ 2CD + 2D², G 4D²;
 // chunk gradients K Kᵀ, dO V̄ᵀ, E_o K, dT (two), E_oᵀ Q, F K, Tᵀ dW, Tᵀ dU 20CD, dO S, dV̄ S,
 // V̄ G' 6D², X and E 4C² — 28CD + 16D² + 4C² in all.
@@ -134,7 +138,7 @@ double backward_flops(int C) {
   return double(kBatch) * kHeads * kLength * (28.0 * C * kDim + 16.0 * kDim * kDim + 4.0 * C * C);
 }
 
-enum class BackwardStage { all, prepare, state_scan, gradient_scan, chunk_gradients, forward_and_backward };
+enum class BackwardStage { all, prepare, state_pass, gradient_scan, chunk_gradients, forward_and_backward };
 
 void backward_benchmark(benchmark::State& state, BackwardStage stage) {
   const int C = static_cast<int>(state.range(0));
@@ -144,12 +148,13 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
   check(cudaDeviceSynchronize(), "backward warm-up");
   time_launches(state, kSets, [&](int i) {
     const kdr::BackwardParams p = backward_params(i, C, gated);
-    switch (stage) {  // a stage alone carves the same workspace as the whole backward
+    const kdr::BackwardStageParams stages{p, {}};  // a stage alone carves the same workspace as the whole backward
+    switch (stage) {
       case BackwardStage::all: return kdr::backward(p);
-      case BackwardStage::prepare: return kdr::testing::backward_prepare({p, {}});
-      case BackwardStage::state_scan: return kdr::testing::backward_state_scan({p, {}});
-      case BackwardStage::gradient_scan: return kdr::testing::backward_gradient_scan({p, {}});
-      case BackwardStage::chunk_gradients: return kdr::testing::backward_chunk_gradients({p, {}});
+      case BackwardStage::prepare: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::prepare);
+      case BackwardStage::state_pass: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::state_pass);
+      case BackwardStage::gradient_scan: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::gradient_scan);
+      case BackwardStage::chunk_gradients: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::chunk_gradients);
       case BackwardStage::forward_and_backward:
         kdr::forward(forward_params(i, C, gated));
         return kdr::backward(p);
@@ -164,12 +169,13 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
 
 void BM_DeltaRuleBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::all); }
 void BM_DeltaRuleBackwardPrepare(benchmark::State& state) { backward_benchmark(state, BackwardStage::prepare); }
-void BM_DeltaRuleBackwardStateScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::state_scan); }
+void BM_DeltaRuleBackwardStatePass(benchmark::State& state) { backward_benchmark(state, BackwardStage::state_pass); }
 void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::gradient_scan); }
 void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
 void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
 
-void BM_DeltaRuleDecode(benchmark::State& state) {
+// queued: timed with the launch queued ahead of the clock (time_launches), the GPU's time alone.
+void decode_benchmark(benchmark::State& state, bool queued) {
   const int B = static_cast<int>(state.range(0)), T = 1;
   const bool gated = state.range(1) != 0;
   const std::size_t tokens = static_cast<std::size_t>(B) * kHeads * T, states = static_cast<std::size_t>(B) * kHeads * kDim * kDim;
@@ -191,11 +197,14 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
     p.log_gate = gated ? static_cast<const float*>(sets[i].gate) : nullptr;
     p.initial_state = static_cast<const float*>(sets[i].s), p.final_state = static_cast<float*>(sets[i].s);  // in place
     kdr::decode(p);
-  });
+  }, queued);
   const double bytes = 2.0 * states * 4 + 4.0 * tokens * kDim * 2;  // state in and out, q, k, v, o
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOPs"] = benchmark::Counter(6.0 * states * T, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_DeltaRuleDecode(benchmark::State& state) { decode_benchmark(state, false); }
+void BM_DeltaRuleDecodeQueued(benchmark::State& state) { decode_benchmark(state, true); }
 
 }  // namespace
 
@@ -211,10 +220,12 @@ BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackward)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleForwardBackward)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardPrepare)->DELTA_BACKWARD_ARGS;
-BENCHMARK(BM_DeltaRuleBackwardStateScan)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardStatePass)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardChunkGradients)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DeltaRuleDecodeQueued)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 
 BENCHMARK_MAIN();

@@ -1,6 +1,10 @@
 // DeltaNet and Gated DeltaNet: backward of the chunkwise WY form, four kernels (delta_rule.h has the
 // API and the stage list; cuda/NOTES_delta.md the design, the precision plan and what has been run).
 //
+// Two implementations sit behind backward(): bf16 inputs that the tensor cores can take go to
+// delta_rule_backward_fast.cu (tensor_core_backward_applies); every other input — and the test seams'
+// per-stage entries below — to the fp32 FMA kernels here (v1), which also serve fp64.
+//
 // v1 is written to be checked first: each loop is one line of reference/gated_delta_rule.hpp's
 // chunk_backward, in the accumulation type A (fp32, or fp64 for fp64 inputs), by plain FMA. Two
 // loop shapes carry every product, and their rounding depths are what verify/
@@ -17,12 +21,14 @@
 #include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
+#include "cuda/delta_rule_backward_fast.h"
 #include "cuda/delta_rule_backward_kernels.cuh"
 #include "cuda/testing/delta_rule_stages.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -112,8 +118,17 @@ void validate_for(const BackwardStageParams& p, Run run) {
     require_argument(p.log_gate == nullptr || p.d_log_gate != nullptr, "d_log_gate", "must be given with log_gate (Gated DeltaNet)");
     require_argument(p.log_gate != nullptr || p.d_log_gate == nullptr, "d_log_gate", "must be null without log_gate (DeltaNet)");
   }
+  const bool fast = run == Run::backward && tensor_core_backward_applies(p);
+  if (fast) {  // what the tensor-core path never materialises
+    require_argument(p.scores == nullptr, "scores", "must be null for the tensor-core backward (bf16): P stays in registers");
+    require_argument(p.output == nullptr, "output",
+                     "must be null for the tensor-core backward (bf16): it recomputes no output (backward_forward does)");
+    require_argument(reinterpret_cast<std::uintptr_t>(p.wy_inverse) % 16 == 0, "wy_inverse",
+                     "must be 16-byte aligned for the tensor-core backward (bf16): its chunk kernel reads T in 16-byte vectors");
+  }
   std::size_t bytes = 0;
-  resolve(p, &bytes);
+  if (fast) bytes = tensor_core_backward_workspace_bytes(p);
+  else resolve(p, &bytes);
   require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
                    "must not be null: " + std::to_string(bytes) + " bytes are needed (workspace_bytes)");
   const auto tensors = tensors_of(p, run);
@@ -161,12 +176,13 @@ void set_contiguous_strides(BackwardParams& p) {
 
 std::size_t workspace_bytes(const BackwardParams& p) { return testing::workspace_bytes(BackwardStageParams{p, {}}); }
 void validate(const BackwardParams& p) { validate_for(BackwardStageParams{p, {}}, Run::backward); }
-void backward(const BackwardParams& p, cudaStream_t stream) { run_stages({Stage::prepare, Stage::state_scan, Stage::gradient_scan, Stage::chunk_gradients}, BackwardStageParams{p, {}}, Run::backward, stream); }
+void backward(const BackwardParams& p, cudaStream_t stream) { testing::backward(BackwardStageParams{p, {}}, stream); }
 
 namespace testing {
 
 std::size_t workspace_bytes(const BackwardStageParams& p) {
   require_shape(p);
+  if (tensor_core_backward_applies(p)) return tensor_core_backward_workspace_bytes(p);
   std::size_t bytes = 0;
   resolve(p, &bytes);
   return bytes;
@@ -174,7 +190,18 @@ std::size_t workspace_bytes(const BackwardStageParams& p) {
 
 void validate(const BackwardStageParams& p) { validate_for(p, Run::backward); }
 
-void backward(const BackwardStageParams& p, cudaStream_t stream) { run_stages({Stage::prepare, Stage::state_scan, Stage::gradient_scan, Stage::chunk_gradients}, p, Run::backward, stream); }
+void backward(const BackwardStageParams& p, cudaStream_t stream) {
+  if (tensor_core_backward_applies(p)) {
+    validate_for(p, Run::backward);
+    return tensor_core_backward(p, TensorCoreStage::prepare, TensorCoreStage::chunk_gradients, stream);
+  }
+  run_stages({Stage::prepare, Stage::state_scan, Stage::gradient_scan, Stage::chunk_gradients}, p, Run::backward, stream);
+}
+void backward_tensor_core_stage(const BackwardStageParams& p, TensorCoreStage stage, cudaStream_t stream) {
+  require_argument(tensor_core_backward_applies(p), "dtype", "the tensor-core backward takes bf16 with DK, DV <= 128 (multiples of 8) only");
+  validate_for(p, Run::backward);
+  tensor_core_backward(p, stage, stage, stream);
+}
 void backward_prepare(const BackwardStageParams& p, cudaStream_t stream) { run_stages({Stage::prepare}, p, Run::backward, stream); }
 void backward_state_scan(const BackwardStageParams& p, cudaStream_t stream) {
   run_stages({Stage::state_scan}, p, Run::backward, stream);

@@ -189,7 +189,7 @@ __device__ __forceinline__ void chunk_prefix_sums(float& lo, float& hi, int lane
 // Loads the fp32 log-gates of one chunk (token i at log_gate[i·stride]) and forms their in-chunk
 // cumulative sums G_i = Σ_{t≤i} g_t (zero for DeltaNet and past the end of a partial chunk, where g is
 // taken as 0). Warp 0 only; the caller's barrier publishes the result.
-__device__ void load_cumulative_gates(float* cumulative, const float* log_gate, std::int64_t stride, int size, int chunk_size) {
+__device__ inline void load_cumulative_gates(float* cumulative, const float* log_gate, std::int64_t stride, int size, int chunk_size) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   float lo = (log_gate != nullptr && lane < size) ? log_gate[lane * stride] : 0.0f;
@@ -260,7 +260,8 @@ __device__ void wy_product(const T* hi, const T* lo, const T* operand, int op_pi
 // from registers (no fp32 staging, no barriers). The factor is lower triangular: the k loop
 // stops at the diagonal block.
 template <class T, int C>
-__device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, int ld, int size, int cols) {
+__device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, T* out_lo, int ld, int size,
+                              int cols) {
   constexpr int kRowBlocks = C / 16, kGroups = kPrepareThreads / 32 / kRowBlocks, pf = operand_pitch(C);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int row_block = warp % kRowBlocks, i0 = 16 * row_block;
@@ -284,12 +285,19 @@ __device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op
       for (int half = 0; half < 2; ++half) {
         const int i = i0 + g + 8 * half, c = cb * 16 + 8 * n + 2 * t;
         if (i >= size || c >= cols) continue;
-        T* dst = out + static_cast<std::size_t>(i) * ld + c;  // W and U are stored in T: scan operands
+        const std::size_t at = static_cast<std::size_t>(i) * ld + c;  // W and U are stored in T: scan operands
+        unsigned rounded, residual;  // and, when out_lo is given, what the rounding left: x = hi + lo to ≈ 2u²
+        split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
         if (pairs) {
-          *reinterpret_cast<unsigned*>(dst) = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
+          *reinterpret_cast<unsigned*>(out + at) = rounded;
+          if (out_lo != nullptr) *reinterpret_cast<unsigned*>(out_lo + at) = residual;
         } else {
-          dst[0] = from_float<T>(acc[n][2 * half]);
-          if (c + 1 < cols) dst[1] = from_float<T>(acc[n][2 * half + 1]);
+          out[at] = reinterpret_cast<const T*>(&rounded)[0];
+          if (out_lo != nullptr) out_lo[at] = reinterpret_cast<const T*>(&residual)[0];
+          if (c + 1 < cols) {
+            out[at + 1] = reinterpret_cast<const T*>(&rounded)[1];
+            if (out_lo != nullptr) out_lo[at + 1] = reinterpret_cast<const T*>(&residual)[1];
+          }
         }
       }
   }
@@ -419,13 +427,15 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(ForwardStag
         copy_async_16(v_rows + r * pv + c, valid ? v + r * p.v_strides.row + c : v, valid);
       });
     }
-    wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
+    wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK,
+                        p.w_lo ? static_cast<T*>(p.w_lo) + token0 * DK : nullptr, DK, size, DK);
     __syncthreads();  // W's factors and the key rows are consumed: V and (gated) U's factors take their place
     if (!early_v) load_operand(rows, pv, v, p.v_strides.row, size, DV, C, dvp, false);
     if (gated) build_u_factors();
     copy_async_wait_all();
     __syncthreads();
-    wy_product_tc<T, C>(u_hi, u_lo, v_rows, pv, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
+    wy_product_tc<T, C>(u_hi, u_lo, v_rows, pv, static_cast<T*>(p.u) + token0 * DV,
+                        p.u_lo ? static_cast<T*>(p.u_lo) + token0 * DV : nullptr, DV, size, DV);
   } else {
     wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
     load_operand(rows, pk, v, p.v_strides.row, size, DV, C, dvp, false);
@@ -609,8 +619,18 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 // registers as an A operand (FlashAttention-2 style); barrier. (3) Q and W of the next chunk start
 // loading; O += P V̄ and the output stored from registers; every warp updates its 16 × 64 part of
 // S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its accumulators; barrier.
-template <class T, int C>
-__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(ForwardStageParams p) {
+//
+// StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
+// operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
+// (W_hi Sᵀ_hi + W_hi Sᵀ_lo + W_lo Sᵀ_hi), and the update's diag(γ_C/γ) V̄ as hi + lo (two products) — with
+// S_[c] and V̄ written as the hi + lo pairs the chunk-gradient kernel reads (`pairs`, required). Q's buffer
+// holds W_lo, and the two V̄ buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+struct StatePassOutputs {
+  void *s_hi, *s_lo;  // [B, H, N, DV, DK] dtype: S_[c] = s_hi + s_lo, as the tensor cores see it
+  void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
+};
+template <class T, int C, bool StatePass = false>
+__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(ForwardStageParams p, StatePassOutputs pairs) {
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
@@ -620,7 +640,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   extern __shared__ __align__(128) unsigned char smem[];
   T* s_hi = reinterpret_cast<T*>(smem + lay.s_hi);  // [64][kTcLd] S_[c] rows (value) × key, hi part
   T* s_lo = reinterpret_cast<T*>(smem + lay.s_lo);
-  T* q_s = reinterpret_cast<T*>(smem + lay.queries);  // [C][kTcLd] chunk rows × key
+  T* q_s = reinterpret_cast<T*>(smem + lay.queries);  // [C][kTcLd] chunk rows × key (StatePass: W_lo)
   T* k_s = reinterpret_cast<T*>(smem + lay.keys);
   T* w_s = reinterpret_cast<T*>(smem + lay.w);
   T* v_new_s = reinterpret_cast<T*>(smem + lay.v_new);       // [C][kTcVLd] U, then V̄ rounded to T
@@ -646,6 +666,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   T* out = static_cast<T*>(p.output) + p.output_strides.head_offset(b, h);
   const std::size_t head_token0 = static_cast<std::size_t>(head) * L;  // packed intermediates (W, U, V̄)
   const T* w_head = w + head_token0 * DK;
+  const T* w_lo_head = StatePass ? static_cast<const T*>(p.w_lo) + head_token0 * DK : nullptr;
+  const T* u_lo = static_cast<const T*>(p.u_lo);
+  // StatePass: W_lo comes in where Q would.
+  const T* q_or_w_lo = StatePass ? w_lo_head : q;
+  const std::int64_t q_or_w_lo_row = StatePass ? std::int64_t(DK) : p.q_strides.row;
 
   // Rows t0.. of a head's [L, DK] rows (row stride `row`) into [C][kTcLd] (zero past the chunk and past DK).
   auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
@@ -683,7 +708,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
                     : 0.0f;
     }
 
-  load_rows(q_s, q, p.q_strides.row, 0, min(C, L));
+  load_rows(q_s, q_or_w_lo, q_or_w_lo_row, 0, min(C, L));
   load_rows(w_s, w_head, DK, 0, min(C, L));
   load_gates(0, min(C, L));
   for (int chunk = 0; chunk < N; ++chunk) {
@@ -693,6 +718,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     // (1) K and U in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
+    if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
 #pragma unroll
     for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
@@ -702,7 +728,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         split_pair<T>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
         *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = hi;
         *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = lo;
-        if (p.boundary_states && v0 + r < DV && c < DK) {
+        if constexpr (StatePass) {
+          if (v0 + r < DV && c < DK) {  // DK is a multiple of 8: a pair never straddles the end of a row
+            const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
+            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_hi) + at) = hi;
+            *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.s_lo) + at) = lo;
+          }
+        } else if (p.boundary_states && v0 + r < DV && c < DK) {
           float* dst = p.boundary_states + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
           dst[0] = S[n][2 * half];
           if (c + 1 < DK) dst[1] = S[n][2 * half + 1];
@@ -726,16 +758,25 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
       for (int n = 0; n < kOutTiles; ++n)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + (i0 + g + 8 * half) * kTcVLd + out_col0 + 8 * n + 2 * t));
+          const int at = (i0 + g + 8 * half) * kTcVLd + out_col0 + 8 * n + 2 * t;
+          float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + at));
+          if constexpr (StatePass) {  // U = U_hi + U_lo: exact in fp32
+            const float2 lo = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_decayed_s + at));
+            x.x += lo.x, x.y += lo.y;
+          }
           V[n][2 * half] = x.x, V[n][2 * half + 1] = x.y;
         }
 #pragma unroll
       for (int kk = 0; kk < kTcKeys / 16; ++kk) {
         if (kk >= k_steps) break;
-        unsigned a[4];
+        unsigned a[4], a_lo[4];
         ldmatrix_x4(a, w_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+        if constexpr (StatePass) ldmatrix_x4(a_lo, q_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-        for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // −W: flipping the sign bits is exact
+        for (int x = 0; x < 4; ++x) {  // −W: flipping the sign bits is exact
+          a[x] ^= 0x80008000u;
+          if constexpr (StatePass) a_lo[x] ^= 0x80008000u;
+        }
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
@@ -746,6 +787,10 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           mma_16816<T>(V[n + 1], a, bh[2], bh[3]);
           mma_16816<T>(V[n], a, bl[0], bl[1]);
           mma_16816<T>(V[n + 1], a, bl[2], bl[3]);
+          if constexpr (StatePass) {  // W_lo Sᵀ_hi; the W_lo Sᵀ_lo term (≤ u² |W||S|) is left out
+            mma_16816<T>(V[n], a_lo, bh[0], bh[1]);
+            mma_16816<T>(V[n + 1], a_lo, bh[2], bh[3]);
+          }
         }
       }
       // V̄ in fp32 when asked; rounded to T in place of U (the operand of P V̄ and, ungated, of the
@@ -759,14 +804,28 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         for (int n = 0; n < kOutTiles; ++n) {
           const int c = out_col0 + 8 * n + 2 * t;
           const float x0 = V[n][2 * half], x1 = V[n][2 * half + 1];
-          if (p.v_new && r < size && v0 + c < DV) {
+          if (!StatePass && p.v_new && r < size && v0 + c < DV) {
             float* dst = p.v_new + (token0 + r) * DV + v0 + c;
             dst[0] = x0, dst[1] = x1;
+          }
+          if constexpr (StatePass) {  // the update's operand diag(γ_C/γ) V̄ as hi + lo (the same positions this lane read)
+            unsigned hi, lo;
+            if (r < size && v0 + c < DV) {  // V̄ itself as a pair for the chunk gradients
+              split_pair<T>(x0, x1, hi, lo);
+              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_hi) + (token0 + r) * DV + v0 + c) = hi;
+              *reinterpret_cast<unsigned*>(static_cast<T*>(pairs.v_lo) + (token0 + r) * DV + v0 + c) = lo;
+            }
+            split_pair<T>(gated ? x0 * decay : x0, gated ? x1 * decay : x1, hi, lo);
+            *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = hi;
+            *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = lo;
+            continue;
           }
           *reinterpret_cast<unsigned*>(v_new_s + r * kTcVLd + c) = pack_pair<T>(x0, x1);
           if (gated) *reinterpret_cast<unsigned*>(v_decayed_s + r * kTcVLd + c) = pack_pair<T>(x0 * decay, x1 * decay);
         }
       }
+    }
+    if constexpr (!StatePass) if (computes_output) {
 
       float P[kScoreTiles][4];
 #pragma unroll
@@ -826,11 +885,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
     if (chunk + 1 < N) {
       const int next_size = min(C, L - t0 - C);
-      load_rows(q_s, q, p.q_strides.row, t0 + C, next_size);
+      load_rows(q_s, q_or_w_lo, q_or_w_lo_row, t0 + C, next_size);
       load_rows(w_s, w_head, DK, t0 + C, next_size);
       load_gates(t0 + C, next_size);
     }
-    if (computes_output) {
+    if constexpr (!StatePass) if (computes_output) {
 #pragma unroll
       for (int jj = 0; jj < kRowBlocks; ++jj) {
         if (jj > row_block) break;
@@ -860,12 +919,14 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
         for (int x = 0; x < 4; ++x) S[n][x] *= decay;
     }
-    const T* v_update = gated ? v_decayed_s : v_new_s;
+    const T* v_update = (gated && !StatePass) ? v_decayed_s : v_new_s;
 #pragma unroll
     for (int jj = 0; jj < kRowBlocks; ++jj) {
       if (jj * 16 >= size) break;  // zero rows add nothing
-      unsigned a[4];  // V̄ᵀ rows = value, from V̄ stored [token][value]: transposed ldmatrix
-      ldmatrix_x4_trans(a, v_update + (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8);
+      unsigned a[4], a_lo[4];  // V̄ᵀ rows = value, from V̄ stored [token][value]: transposed ldmatrix
+      const int at = (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4_trans(a, v_update + at);
+      if constexpr (StatePass) ldmatrix_x4_trans(a_lo, v_decayed_s + at);
 #pragma unroll
       for (int n = 0; n < kStateTiles; n += 2) {
         if (state_key0 + n * 8 >= k_steps * 16) break;
@@ -873,6 +934,10 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         ldmatrix_x4_trans(bk, k_s + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8);
         mma_16816<T>(S[n], a, bk[0], bk[1]);
         mma_16816<T>(S[n + 1], a, bk[2], bk[3]);
+        if constexpr (StatePass) {
+          mma_16816<T>(S[n], a_lo, bk[0], bk[1]);
+          mma_16816<T>(S[n + 1], a_lo, bk[2], bk[3]);
+        }
       }
     }
     __syncthreads();  // K, V̄ and S_hi/lo are rewritten by the next chunk
@@ -882,7 +947,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      if (row < DV && col < DK) p.final_state[p.final_state_strides.head_offset(b, h) + row * p.final_state_strides.row + col] = S[n][x];
+      if (p.final_state && row < DV && col < DK)
+        p.final_state[p.final_state_strides.head_offset(b, h) + row * p.final_state_strides.row + col] = S[n][x];
     }
 }
 

@@ -13,6 +13,10 @@ namespace deltaproof::cuda::delta_rule {
 struct ForwardIntermediates {
   void* w = nullptr;                 // [B, H, L, DK] dtype: W = T diag(β γ) K, read by the scan
   void* u = nullptr;                 // [B, H, L, DV] dtype: U = T diag(β) V, read by the scan
+  // The residuals of W's and U's roundings (16-bit inputs; x = w + w_lo to about 16 bits for bf16): asked for by
+  // the tensor-core backward, whose own forward reads W and U as these pairs (cuda/delta_rule_backward_fast.cu).
+  void* w_lo = nullptr;              // [B, H, L, DK] dtype
+  void* u_lo = nullptr;              // [B, H, L, DV] dtype
   float* wy_system = nullptr;        // [B, H, N, C, C] fp32: A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)
   float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹
   float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ

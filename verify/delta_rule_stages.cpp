@@ -118,8 +118,11 @@ ForwardResult read_back(const ForwardBuffers& f, bool intermediates) {
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates) {
   const DeviceInputs d = upload_inputs(c, in);
   ForwardBuffers f = allocate_forward(c, intermediates);
-  cuda::delta_rule::testing::forward(forward_params(c, d, f));
-  return read_back(f, intermediates);
+  const cuda::delta_rule::ForwardStageParams p = forward_params(c, d, f);
+  cuda::delta_rule::testing::forward(p);
+  ForwardResult r = read_back(f, intermediates);
+  r.arithmetic = cuda::delta_rule::testing::uses_register_scan(p) ? ScanArithmetic::register_scan : ScanArithmetic::fallback_scan;
+  return r;
 }
 
 Units units_of(DType d) {
@@ -164,18 +167,27 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
 }
 
 // One head, every chunk: A, T (whole, each 16×16 diagonal block, each merged block), W, U, V̄,
-// S_[c+1] (boundary or final), O. S is Exact for DeltaNet and High for Gated DeltaNet.
+// S_[c+1] (boundary, or final when the result has it), O (when it has it). S is Exact for DeltaNet and
+// High for Gated DeltaNet.
 template <class S>
 static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h,
                               std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
+  // The register scan feeds S to W Sᵀ and Q Sᵀ as a hi + lo pair (x = hi + lo to u² |x|, η below the normal
+  // range); the state pass also stores W and U as pairs and feeds W, U and the update's V̄ as pairs: every u_op
+  // of those steps becomes u_op².
+  const bool pairs = r.arithmetic == ScanArithmetic::state_pass;
+  const bool s_pair = r.arithmetic != ScanArithmetic::fallback_scan;
+  const double u_pair = un.op * un.op;
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
   const Vector<S> beta = to<S>(in.beta.head(b, h)).col(0);
   const Vector<High> g = ref::matrix_cast<High>(in.log_gate.head(b, h)).col(0);
   const Matrix<S> a_all = to<S>(r.a.head(b, h)), t_all = to<S>(r.t.head(b, h)), w_all = to<S>(r.w.head(b, h));
-  const Matrix<S> u_all = to<S>(r.u.head(b, h)), vnew_all = to<S>(r.v_new.head(b, h)), o_all = to<S>(r.output.head(b, h));
-  const Matrix<S> boundary = to<S>(r.boundary.head(b, h)), final_state = to<S>(r.final_state.head(b, h));
+  const Matrix<S> u_all = to<S>(r.u.head(b, h)), vnew_all = to<S>(r.v_new.head(b, h));
+  const bool has_output = !r.output.data.empty(), has_final = !r.final_state.data.empty();
+  const Matrix<S> o_all = has_output ? to<S>(r.output.head(b, h)) : Matrix<S>();
+  const Matrix<S> boundary = to<S>(r.boundary.head(b, h)), final_state = has_final ? to<S>(r.final_state.head(b, h)) : Matrix<S>();
   const Matrix<S> s0 = c.with_initial_state ? to<S>(in.initial_state.head(b, h)) : Matrix<S>::Zero(DV, DK);
 
   // One row per stage of this (batch, head, chunk), decided in S.
@@ -252,36 +264,54 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> w_mag = t_abs * dr::scale_rows<S>(Vector<S>(bc.cwiseProduct(gamma)), k_abs);
     const Matrix<S> u_mag = t_abs * dr::scale_rows<S>(bc, Matrix<S>(vc.cwiseAbs()));
     const Matrix<S> ones_c = Matrix<S>::Ones(n, n);
+    const double u_store = pairs ? u_pair : un.out;
     auto stored = [&](const Matrix<S>& ref_value, const Matrix<S>& mag, double r, const Matrix<S>& operand_abs) {
-      return Matrix<S>(scalar_times(un.out, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + un.out) * r, mag) +
+      return Matrix<S>(scalar_times(u_store, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + u_store) * r, mag) +
                        scalar_times(2 * un.eta, Matrix<S>(ones_c * operand_abs)) +
                        Matrix<S>::Constant(mag.rows(), mag.cols(), S(un.eta)) + floor_of(mag));
     };
     add("W", cc, Matrix<S>(w_all.middleRows(ch.begin, n)), wy.w, stored(wy.w, w_mag, r_w, k_abs));
     add("U", cc, Matrix<S>(u_all.middleRows(ch.begin, n)), wy.u, stored(wy.u, u_mag, r_u, Matrix<S>(vc.cwiseAbs())));
 
-    // V̄ = Û − Ŵ Ŝᵀ with Ŝ = the kernel's S_[c]; S rounded to an operand, DK + 1 accumulations.
+    // V̄ = Û − Ŵ Ŝᵀ with Ŝ = the kernel's S_[c]; S rounded to an operand, DK + 1 accumulations. State
+    // pass: S as hi + lo (u²) and the dropped W_lo S_lo term (≤ u² |W||S|), both subnormal parts η.
     const Matrix<S> w_hat = w_all.middleRows(ch.begin, n), u_hat = u_all.middleRows(ch.begin, n);
     const Matrix<S> s_hat = boundary.middleRows(cc * DV, DV);
     const Matrix<S> vnew_hat = vnew_all.middleRows(ch.begin, n);
     const Matrix<S> vnew_ref = u_hat - w_hat * s_hat.transpose();
     const Matrix<S> vnew_mag = u_hat.cwiseAbs() + w_hat.cwiseAbs() * s_hat.cwiseAbs().transpose();
     const Matrix<S> vnew_eta = w_hat.cwiseAbs() * Matrix<S>::Ones(DK, DV);
+    // State pass: V̄ is exposed as the pair it is written as (u² |V̄| more, and η).
+    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : s_pair ? rho(DK + 1, 0, 0, u_pair) : rho(DK + 1, 1, un.op);
+    const Matrix<S> vnew_stored = pairs ? Matrix<S>(scalar_times(u_pair, Matrix<S>(vnew_hat.cwiseAbs())).array() + S(un.eta))
+                                        : Matrix<S>(Matrix<S>::Zero(n, DV));
     add("Vbar", cc, vnew_hat, vnew_ref,
-        Matrix<S>(scalar_times(rho(DK + 1, 1, un.op), vnew_mag) + scalar_times(un.eta, vnew_eta) + floor_of(vnew_mag)));
+        Matrix<S>(scalar_times(r_vnew, vnew_mag) + scalar_times((pairs ? 2 : 1) * un.eta, vnew_eta) + vnew_stored + floor_of(vnew_mag)));
 
-    // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand, C + 1 accumulations.
+    // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand (state pass: hi + lo), C + 1
+    // accumulations.
+    if (cc + 1 == N && !has_final) continue;
     const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
     const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
+    // State pass: the kernel carries S in fp32 registers and exposes pairs of it, so Ŝ_[c] and a boundary
+    // Ŝ_[c+1] each differ from what it computed with by u²|S| (+η), and its update operand pair(λ V̄) differs
+    // from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄|.
+    const Matrix<S> pair_residuals =
+        pairs ? Matrix<S>(Matrix<S>(scalar_times(u_pair, Matrix<S>(s_hat.cwiseAbs() * gamma_end +
+                                                              (cc + 1 < N ? Matrix<S>(s_next_hat.cwiseAbs()) : Matrix<S>(Matrix<S>::Zero(DV, DK)))))).array() +
+                          S(2 * un.eta))
+              : Matrix<S>(Matrix<S>::Zero(DV, DK));
     const Matrix<S> s_next_bound =
         scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
-        scalar_times(rho(C + 3, 1, un.op, eps_d), Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
-        scalar_times(un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
+        scalar_times(pairs ? rho(C + 3, 0, 0, 3 * u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
+                     Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
+        scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) + pair_residuals +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
     add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
     // stored in the dtype (relative u_out, and η below its normal range, as W and U).
+    if (!has_output) continue;
     const Matrix<S> scores = (qc * kc.transpose()).cwiseProduct(d);
     const Matrix<S> o_ref = dr::scale_rows<S>(gamma, Matrix<S>(qc * s_hat.transpose())) + scores * vnew_hat;
     const Matrix<S> o_mag1 = dr::scale_rows<S>(gamma, Matrix<S>(q_abs * s_hat.cwiseAbs().transpose()));
@@ -289,7 +319,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> o_eta = q_abs * Matrix<S>::Ones(DK, DV) + (q_abs * k_abs.transpose()).cwiseProduct(d) * Matrix<S>::Ones(n, DV) +
                             Matrix<S>::Ones(n, n) * vnew_hat.cwiseAbs();
     const Matrix<S> o_bound = scalar_times(un.out, Matrix<S>(o_ref.cwiseAbs())) +
-                              scalar_times((1 + un.out) * rho(DK + C + 2, 1, un.op, eps_d + u32), o_mag1) +
+                              scalar_times((1 + un.out) * (s_pair ? rho(DK + C + 2, 0, 0, u_pair + eps_d + u32)
+                                                                  : rho(DK + C + 2, 1, un.op, eps_d + u32)),
+                                           o_mag1) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
                               scalar_times(2 * un.eta, o_eta) + Matrix<S>::Constant(n, DV, S(un.eta)) +
                               floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));

@@ -67,9 +67,16 @@ struct DeviceInputs {
   Uploaded q, k, v, beta, log_gate, initial_state;
 };
 
+// How a forward result was computed: the fallback scan (S rounded once to the dtype as an operand), the
+// register scan (S as a hi + lo pair), or the tensor-core backward's state pass (W, U stored as pairs and fed
+// as pairs with S and the update's V̄; no output, and the final state only when asked: rows the result lacks
+// are left out). The exact oracle's intermediates pass every one of these bounds.
+enum class ScanArithmetic { fallback_scan, register_scan, state_pass };
+
 // What the forward writes, read back exactly.
 struct ForwardResult {
   Tensor4<Exact> output, final_state, w, u, v_new, a, t, boundary;  // a, t [B, H, N·C, C]; boundary [B, H, N·DV, DK]
+  ScanArithmetic arithmetic = ScanArithmetic::fallback_scan;
 };
 
 struct ForwardBuffers {
@@ -112,6 +119,7 @@ Units units_of(DType d);
 // Every stage of every head and chunk against the oracle within its bound: one row per
 // (stage, batch, head, chunk), the stage name in `tensor` ("A", "T", "T16.0", "W", "U", "Vbar",
 // "S_0", "S_next", "final_state", "O"); the worst entry's (row, column) within the chunk's block.
+// The bounds follow the arithmetic the result came from (ForwardResult::arithmetic).
 std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
 // The exact (ℚ; 100-digit for gated) oracle's intermediates laid out as the kernel writes them.
 ForwardResult oracle_as_kernel(const DeltaCase& c, const HostInputs& in);
