@@ -33,8 +33,10 @@ struct ForwardSet {
   void *q, *k, *v, *beta, *gate, *o, *final_state, *workspace;
 };
 
-kdr::ForwardParams forward_shape(int C) {
-  kdr::ForwardParams p;
+// The benchmark's shape at chunk size C, packed, no tensors yet (forward or backward params).
+template <class Params>
+Params shape(int C) {
+  Params p;
   p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
   p.chunk_size = C;
   kdr::set_contiguous_strides(p);
@@ -49,7 +51,7 @@ const std::vector<ForwardSet>& forward_sets() {
       s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
                    device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
                    device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
-                   device_workspace(states * 4), device_workspace(kdr::workspace_bytes(forward_shape(16)))});
+                   device_workspace(states * 4), device_workspace(kdr::workspace_bytes(shape<kdr::ForwardParams>(16)))});
     return s;
   }();
   return sets;
@@ -57,7 +59,7 @@ const std::vector<ForwardSet>& forward_sets() {
 
 kdr::ForwardParams forward_params(int set, int C, bool gated) {
   const ForwardSet& s = forward_sets()[size_t(set)];
-  kdr::ForwardParams p = forward_shape(C);
+  kdr::ForwardParams p = shape<kdr::ForwardParams>(C);
   p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
   p.log_gate = gated ? static_cast<const float*>(s.gate) : nullptr;
   p.output = s.o, p.final_state = static_cast<float*>(s.final_state), p.workspace = s.workspace;
@@ -98,21 +100,13 @@ struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
 };
 
-kdr::BackwardParams backward_shape(int C) {
-  kdr::BackwardParams p;
-  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
-  p.chunk_size = C;
-  kdr::set_contiguous_strides(p);
-  return p;
-}
-
 const std::vector<BackwardSet>& backward_sets() {
   static const std::vector<BackwardSet> sets = [] {
     std::vector<BackwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
     std::size_t workspace = 0;
-    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(backward_shape(C)));
+    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::BackwardParams>(C)));
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
                    device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
@@ -125,7 +119,7 @@ const std::vector<BackwardSet>& backward_sets() {
 kdr::BackwardParams backward_params(int set, int C, bool gated) {
   const ForwardSet& f = forward_sets()[size_t(set)];
   const BackwardSet& b = backward_sets()[size_t(set)];
-  kdr::BackwardParams p = backward_shape(C);
+  kdr::BackwardParams p = shape<kdr::BackwardParams>(C);
   p.q = f.q, p.k = f.k, p.v = f.v, p.beta = f.beta;
   p.log_gate = gated ? f.gate : nullptr;
   p.d_output = b.d_output, p.d_final_state = b.d_final_state;

@@ -130,6 +130,15 @@ void require_disjoint(const std::vector<Extent>& tensors) {
     }
 }
 
+bool decode_state_in_place(const void* initial_state, const Strides& initial_strides, const void* final_state,
+                           const Strides& final_strides) {
+  if (initial_state == nullptr || initial_state != final_state) return false;
+  require_argument(initial_strides.batch == final_strides.batch && initial_strides.head == final_strides.head &&
+                       initial_strides.row == final_strides.row,
+                   "initial_state_strides", "must equal final_state_strides when the state is updated in place");
+  return true;
+}
+
 void require_tensor_arguments(int batch, int heads, const std::vector<TensorArgument>& tensors,
                               const std::vector<Extent>& packed) {
   for (const TensorArgument& t : tensors)

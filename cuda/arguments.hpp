@@ -52,6 +52,11 @@ Extent packed_extent(const std::string& name, const void* data, std::size_t byte
 // Every written extent apart from every other one; the message names both ("dq: overlaps q ...").
 void require_disjoint(const std::vector<Extent>& tensors);
 
+// Whether decode updates its state in place (initial_state == final_state, which each entry's one
+// thread reads before it writes); in place, the strides must be equal ("initial_state_strides").
+bool decode_state_in_place(const void* initial_state, const Strides& initial_strides, const void* final_state,
+                           const Strides& final_strides);
+
 // A workspace holds the intermediates its caller left null, each in a piece aligned to
 // workspace_alignment bytes, in a fixed order (so that separate launches of one pipeline agree).
 inline constexpr std::size_t workspace_alignment = 256;

@@ -110,7 +110,7 @@ void validate_stages(const ForwardStageParams& p) {
 std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
   const std::size_t es = size_of(p.dtype);
   const int T = p.tokens, DK = p.key_dim, DV = p.value_dim;
-  const bool in_place = p.initial_state != nullptr && p.initial_state == p.final_state;  // read, then written, by one lane
+  const bool in_place = decode_state_in_place(p.initial_state, p.initial_state_strides, p.final_state, p.final_state_strides);
   return {{"q", p.q, p.q_strides, T, DK, es},
           {"k", p.k, p.k_strides, T, DK, es},
           {"v", p.v, p.v_strides, T, DV, es},
@@ -244,11 +244,6 @@ void forward(const ForwardParams& p, cudaStream_t stream) { testing::forward(For
 
 void validate(const DecodeParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.tokens, "tokens", p.key_dim, p.value_dim);
-  if (p.initial_state != nullptr && p.initial_state == p.final_state)
-    require_argument(p.initial_state_strides.batch == p.final_state_strides.batch &&
-                         p.initial_state_strides.head == p.final_state_strides.head &&
-                         p.initial_state_strides.row == p.final_state_strides.row,
-                     "initial_state_strides", "must equal final_state_strides when the state is updated in place");
   const auto tensors = tensors_of(p);
   require_tensor_arguments(p.batch, p.heads, tensors);
   require_device_tensors(tensors);

@@ -69,7 +69,7 @@ std::vector<TensorArgument> tensors_of(const BackwardParams& p) {
 std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
   const std::size_t es = size_of(p.dtype), ss = size_of(state_dtype(p.dtype));
   const int T = p.tokens, DK = p.key_dim, DV = p.value_dim;
-  const bool in_place = p.initial_state != nullptr && p.initial_state == p.final_state;
+  const bool in_place = decode_state_in_place(p.initial_state, p.initial_state_strides, p.final_state, p.final_state_strides);
   return {{"q", p.q, p.q_strides, T, DK, es},
           {"k", p.k, p.k_strides, T, DK, es},
           {"v", p.v, p.v_strides, T, DV, es},
@@ -100,11 +100,6 @@ void validate(const BackwardParams& p) {
 
 void validate(const DecodeParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.tokens, "tokens", p.key_dim, p.value_dim);
-  if (p.initial_state != nullptr && p.initial_state == p.final_state)
-    require_argument(p.initial_state_strides.batch == p.final_state_strides.batch &&
-                         p.initial_state_strides.head == p.final_state_strides.head &&
-                         p.initial_state_strides.row == p.final_state_strides.row,
-                     "initial_state_strides", "must equal final_state_strides when the state is updated in place");
   const auto tensors = tensors_of(p);
   require_tensor_arguments(p.batch, p.heads, tensors);
   require_device_tensors(tensors);

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -41,32 +42,37 @@ namespace vla = deltaproof::verify::linear_attention;
 namespace kla = deltaproof::cuda::linear_attention;
 namespace kdr = deltaproof::cuda::delta_rule;
 
-// The invalid_argument message of f(), or "no exception" when it returns.
-template <class F>
-std::string rejection(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no exception";
+// The refusal message of `call` on `base` changed by an edit: refused(edit).
+template <class Params, class Call>
+auto refusal_of(const Params& base, Call call) {
+  return [base, call](auto edit) {
+    Params p = base;
+    edit(p);
+    return rejection([&] { call(p); });
+  };
 }
 
-::testing::AssertionResult starts_with(const std::string& message, const std::string& prefix) {
-  if (message.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "expected \"" << prefix << "...\", got: " << message;
+// Each edit of `base` must be refused with a message starting with its prefix.
+template <class Params>
+using Refusals = std::vector<std::pair<std::function<void(Params&)>, std::string>>;
+template <class Params, class Call>
+void expect_refusals(const Params& base, Call call, const Refusals<Params>& refusals) {
+  const auto message = refusal_of(base, call);
+  for (const auto& [edit, prefix] : refusals) EXPECT_TRUE(starts_with(message(edit), prefix));
 }
 
 // ---------------------------------------------------------------------------------------
 // Aliasing (no device needed). Every tensor gets its own 64 KB of one host arena; a test moves one
 // pointer onto another tensor's bytes. Past the aliasing check, validation stops at the first
-// device-pointer check ("q: must be a device pointer"): the arena is host memory.
+// device-pointer check (kPassesAliasing): the arena is host memory.
 
 struct Arena {
   std::vector<unsigned char> bytes = std::vector<unsigned char>(8 << 20);
   void* slot(int i) { return bytes.data() + (std::size_t(i) << 16); }
 };
 constexpr const char* kPassesAliasing = "q: must be a device pointer";
+template <class Params>
+void unchanged(Params&) {}
 
 kla::ForwardParams la_forward(Arena& a) {
   kla::ForwardParams p;
@@ -76,67 +82,22 @@ kla::ForwardParams la_forward(Arena& a) {
   p.final_state = a.slot(5), p.boundary_states = a.slot(6);
   return p;
 }
-
-TEST(KernelAliasing, LinearAttentionForwardOutputsOverlapNoOtherTensor) {
-  Arena a;
-  const auto message = [&](auto edit) {
-    kla::ForwardParams p = la_forward(a);
-    edit(p);
-    return rejection([&] { kla::validate(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = a.slot(0); }), "output: overlaps q"));
-  // A partial overlap: the output starts in q's last row.
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = static_cast<char*>(a.slot(0)) + 2 * (2 * 3 * 20 * 8 - 8); }),
-                          "output: overlaps q"));
-  // Adjacent is apart: the output starts one byte past q's last.
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = static_cast<char*>(a.slot(0)) + 2 * (2 * 3 * 20 * 8); }),
-                          kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = a.slot(1); }), "final_state: overlaps k"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = a.slot(4); }), "final_state: overlaps initial_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.boundary_states = a.slot(3); }), "boundary_states: overlaps output"));
-  // Inputs may share memory: q and k one tensor.
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.k = p.q; }), kPassesAliasing));
+kla::BackwardParams la_backward(Arena& a) {
+  kla::BackwardParams p;
+  p.dtype = DType::f32, p.batch = 1, p.heads = 2, p.length = 33, p.key_dim = 5, p.value_dim = 7, p.chunk_size = 32;
+  kla::set_contiguous_strides(p);
+  p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.d_output = a.slot(3), p.dq = a.slot(4), p.dk = a.slot(5);
+  p.dv = a.slot(6), p.initial_state = a.slot(7), p.d_final_state = a.slot(8), p.d_initial_state = a.slot(9);
+  return p;
 }
-
-TEST(KernelAliasing, LinearAttentionBackwardOutputsOverlapNoOtherTensor) {
-  Arena a;
-  const auto message = [&](auto edit) {
-    kla::BackwardParams p;
-    p.dtype = DType::f32, p.batch = 1, p.heads = 2, p.length = 33, p.key_dim = 5, p.value_dim = 7, p.chunk_size = 32;
-    kla::set_contiguous_strides(p);
-    p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.d_output = a.slot(3), p.dq = a.slot(4), p.dk = a.slot(5);
-    p.dv = a.slot(6), p.initial_state = a.slot(7), p.d_final_state = a.slot(8), p.d_initial_state = a.slot(9);
-    edit(p);
-    return rejection([&] { kla::backward(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.dk = p.dq; }), "dk: overlaps dq"));  // two outputs
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.dv = a.slot(3); }), "dv: overlaps d_output"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.d_initial_state = a.slot(8); }), "d_initial_state: overlaps d_final_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.dq = a.slot(7); }), "dq: overlaps initial_state"));
+kla::DecodeParams la_decode(Arena& a) {
+  kla::DecodeParams p;
+  p.dtype = DType::bf16, p.batch = 2, p.heads = 2, p.tokens = 3, p.key_dim = 16, p.value_dim = 8;
+  kla::set_contiguous_strides(p);
+  p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.output = a.slot(3), p.initial_state = a.slot(4);
+  p.final_state = a.slot(4);  // in place
+  return p;
 }
-
-TEST(KernelAliasing, LinearAttentionDecodeStateInPlaceIsTheOneException) {
-  Arena a;
-  const auto message = [&](auto edit) {
-    kla::DecodeParams p;
-    p.dtype = DType::bf16, p.batch = 2, p.heads = 2, p.tokens = 3, p.key_dim = 16, p.value_dim = 8;
-    kla::set_contiguous_strides(p);
-    p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.output = a.slot(3), p.initial_state = a.slot(4);
-    p.final_state = a.slot(4);  // in place
-    edit(p);
-    return rejection([&] { kla::decode(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([](auto& p) { p.final_state_strides.row += 4; }), "initial_state_strides"));
-  // Overlapping without being the same tensor is not in place.
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = static_cast<char*>(a.slot(4)) + 4; }),
-                          "final_state: overlaps initial_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = a.slot(1); }), "output: overlaps k"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = a.slot(2); }), "final_state: overlaps v"));
-}
-
 kdr::ForwardParams delta_forward(Arena& a) {
   kdr::ForwardParams p;
   p.dtype = DType::bf16, p.batch = 2, p.heads = 3, p.length = 40, p.key_dim = 16, p.value_dim = 8, p.chunk_size = 32;
@@ -146,60 +107,95 @@ kdr::ForwardParams delta_forward(Arena& a) {
   p.workspace = a.slot(8);
   return p;
 }
+kdr::BackwardParams delta_backward(Arena& a) {
+  kdr::BackwardParams p;
+  p.dtype = DType::f32, p.batch = 1, p.heads = 2, p.length = 33, p.key_dim = 5, p.value_dim = 7, p.chunk_size = 16;
+  kdr::set_contiguous_strides(p);
+  p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.beta = a.slot(3), p.log_gate = a.slot(4), p.d_output = a.slot(5);
+  p.dq = a.slot(6), p.dk = a.slot(7), p.dv = a.slot(8), p.d_beta = a.slot(9), p.d_log_gate = a.slot(10);
+  p.initial_state = a.slot(11), p.d_final_state = a.slot(12), p.d_initial_state = a.slot(13), p.workspace = a.slot(14);
+  return p;
+}
+kdr::DecodeParams delta_decode(Arena& a) {
+  kdr::DecodeParams p;
+  p.dtype = DType::f16, p.batch = 3, p.heads = 1, p.tokens = 2, p.key_dim = 16, p.value_dim = 12;
+  kdr::set_contiguous_strides(p);
+  p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.beta = a.slot(3), p.output = a.slot(4);
+  p.initial_state = static_cast<const float*>(a.slot(5)), p.final_state = static_cast<float*>(a.slot(5));  // in place
+  return p;
+}
+
+char* bytes_of(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
+
+TEST(KernelAliasing, LinearAttentionForwardOutputsOverlapNoOtherTensor) {
+  Arena a;
+  const std::size_t q_bytes = 2 * 3 * 20 * 8 * 2;
+  expect_refusals(la_forward(a), [](const auto& p) { kla::validate(p); },
+                  {{unchanged<kla::ForwardParams>, kPassesAliasing},
+                   {[&](auto& p) { p.output = a.slot(0); }, "output: overlaps q"},
+                   {[&](auto& p) { p.output = bytes_of(a.slot(0)) + q_bytes - 16; }, "output: overlaps q"},  // q's last row
+                   {[&](auto& p) { p.output = bytes_of(a.slot(0)) + q_bytes; }, kPassesAliasing},  // adjacent is apart
+                   {[&](auto& p) { p.final_state = a.slot(1); }, "final_state: overlaps k"},
+                   {[&](auto& p) { p.final_state = a.slot(4); }, "final_state: overlaps initial_state"},
+                   {[&](auto& p) { p.boundary_states = a.slot(3); }, "boundary_states: overlaps output"},
+                   {[&](auto& p) { p.k = p.q; }, kPassesAliasing}});  // inputs may share memory
+}
+
+TEST(KernelAliasing, LinearAttentionBackwardOutputsOverlapNoOtherTensor) {
+  Arena a;
+  expect_refusals(la_backward(a), [](const auto& p) { kla::backward(p); },
+                  {{unchanged<kla::BackwardParams>, kPassesAliasing},
+                   {[&](auto& p) { p.dk = p.dq; }, "dk: overlaps dq"},  // two outputs
+                   {[&](auto& p) { p.dv = a.slot(3); }, "dv: overlaps d_output"},
+                   {[&](auto& p) { p.d_initial_state = a.slot(8); }, "d_initial_state: overlaps d_final_state"},
+                   {[&](auto& p) { p.dq = a.slot(7); }, "dq: overlaps initial_state"}});
+}
+
+// Decode's state updated in place (initial_state == final_state) is taken; the same pointer with other
+// strides is not, nor a final state overlapping the initial one without being it.
+template <class Params, class Decode>
+void expect_in_place_state_is_the_one_exception(const Params& base, Decode decode) {
+  expect_refusals(base, decode,
+                  {{unchanged<Params>, kPassesAliasing},
+                   {[](auto& p) { p.final_state_strides.row += 4; }, "initial_state_strides"},
+                   {[](auto& p) { p.final_state = reinterpret_cast<decltype(p.final_state)>(bytes_of(p.initial_state) + 4); },
+                    "final_state: overlaps initial_state"},
+                   {[](auto& p) { p.output = const_cast<void*>(p.k); }, "output: overlaps k"}});
+}
+
+TEST(KernelAliasing, LinearAttentionDecodeStateInPlaceIsTheOneException) {
+  Arena a;
+  expect_in_place_state_is_the_one_exception(la_decode(a), [](const auto& p) { kla::decode(p); });
+}
 
 TEST(KernelAliasing, DeltaRuleForwardOutputsOverlapNoOtherTensor) {
   Arena a;
-  const auto message = [&](auto edit) {
-    kdr::ForwardParams p = delta_forward(a);
-    edit(p);
-    return rejection([&] { kdr::forward(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = a.slot(3); }), "output: overlaps beta"));
-  // The forward has no in-place state (decode has).
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = const_cast<float*>(p.initial_state); }),
-                          "final_state: overlaps initial_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = static_cast<float*>(a.slot(6)); }), "final_state: overlaps output"));
-  // The workspace (W and U: 2·3·40·(16 + 8) bf16) is written too.
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.workspace = a.slot(0); }), "workspace: overlaps q"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.workspace = static_cast<char*>(a.slot(4)) - 1024; }), "workspace: overlaps log_gate"));
+  expect_refusals(delta_forward(a), [](const auto& p) { kdr::forward(p); },
+                  {{unchanged<kdr::ForwardParams>, kPassesAliasing},
+                   {[&](auto& p) { p.output = a.slot(3); }, "output: overlaps beta"},
+                   // The forward has no in-place state (decode has).
+                   {[&](auto& p) { p.final_state = const_cast<float*>(p.initial_state); }, "final_state: overlaps initial_state"},
+                   {[&](auto& p) { p.final_state = static_cast<float*>(a.slot(6)); }, "final_state: overlaps output"},
+                   // The workspace (W and U: 2·3·40·(16 + 8) bf16) is written too.
+                   {[&](auto& p) { p.workspace = a.slot(0); }, "workspace: overlaps q"},
+                   {[&](auto& p) { p.workspace = bytes_of(a.slot(4)) - 1024; }, "workspace: overlaps log_gate"}});
 }
 
 TEST(KernelAliasing, DeltaRuleBackwardOutputsOverlapNoOtherTensor) {
   Arena a;
-  const auto message = [&](auto edit) {
-    kdr::BackwardParams p;
-    p.dtype = DType::f32, p.batch = 1, p.heads = 2, p.length = 33, p.key_dim = 5, p.value_dim = 7, p.chunk_size = 16;
-    kdr::set_contiguous_strides(p);
-    p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.beta = a.slot(3), p.log_gate = a.slot(4), p.d_output = a.slot(5);
-    p.dq = a.slot(6), p.dk = a.slot(7), p.dv = a.slot(8), p.d_beta = a.slot(9), p.d_log_gate = a.slot(10);
-    p.initial_state = a.slot(11), p.d_final_state = a.slot(12), p.d_initial_state = a.slot(13), p.workspace = a.slot(14);
-    edit(p);
-    return rejection([&] { kdr::backward(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.d_beta = a.slot(3); }), "d_beta: overlaps beta"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.d_log_gate = a.slot(7); }), "d_log_gate: overlaps dk"));  // two outputs
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.d_initial_state = a.slot(11); }), "d_initial_state: overlaps initial_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.workspace = a.slot(8); }), "dv: overlaps workspace"));
+  expect_refusals(delta_backward(a), [](const auto& p) { kdr::backward(p); },
+                  {{unchanged<kdr::BackwardParams>, kPassesAliasing},
+                   {[&](auto& p) { p.d_beta = a.slot(3); }, "d_beta: overlaps beta"},
+                   {[&](auto& p) { p.d_log_gate = a.slot(7); }, "d_log_gate: overlaps dk"},  // two outputs
+                   {[&](auto& p) { p.d_initial_state = a.slot(11); }, "d_initial_state: overlaps initial_state"},
+                   {[&](auto& p) { p.workspace = a.slot(8); }, "dv: overlaps workspace"}});
 }
 
 TEST(KernelAliasing, DeltaRuleDecodeStateInPlaceIsTheOneException) {
   Arena a;
-  const auto message = [&](auto edit) {
-    kdr::DecodeParams p;
-    p.dtype = DType::f16, p.batch = 3, p.heads = 1, p.tokens = 2, p.key_dim = 16, p.value_dim = 12;
-    kdr::set_contiguous_strides(p);
-    p.q = a.slot(0), p.k = a.slot(1), p.v = a.slot(2), p.beta = a.slot(3), p.output = a.slot(4);
-    p.initial_state = static_cast<const float*>(a.slot(5)), p.final_state = static_cast<float*>(a.slot(5));  // in place
-    edit(p);
-    return rejection([&] { kdr::decode(p); });
-  };
-  EXPECT_TRUE(starts_with(message([](auto&) {}), kPassesAliasing));
-  EXPECT_TRUE(starts_with(message([](auto& p) { p.initial_state_strides.head += 16; }), "initial_state_strides"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.final_state = static_cast<float*>(a.slot(5)) + 1; }),
-                          "final_state: overlaps initial_state"));
-  EXPECT_TRUE(starts_with(message([&](auto& p) { p.output = a.slot(3); }), "output: overlaps beta"));
+  expect_in_place_state_is_the_one_exception(delta_decode(a), [](const auto& p) { kdr::decode(p); });
+  expect_refusals(delta_decode(a), [](const auto& p) { kdr::decode(p); },
+                  {{[&](auto& p) { p.output = a.slot(3); }, "output: overlaps beta"}});
 }
 
 // Strides decide the extents: q, k, v interleaved in one fused [B, T, 3, H, D] buffer are inputs and
@@ -211,11 +207,11 @@ TEST(KernelAliasing, InterleavedInputsAreTakenInterleavedOutputsAreNot) {
   kla::BackwardParams p;
   p.dtype = DType::bf16, p.batch = B, p.heads = H, p.length = L, p.key_dim = D, p.value_dim = D, p.chunk_size = 16;
   kla::set_contiguous_strides(p);
-  char* qkv = static_cast<char*>(a.slot(0));
+  char* qkv = bytes_of(a.slot(0));
   p.q = qkv, p.k = qkv + 2 * H * D, p.v = qkv + 2 * 2 * H * D, p.q_strides = p.k_strides = p.v_strides = fused;
   p.d_output = a.slot(20), p.dq = a.slot(40), p.dk = a.slot(60), p.dv = a.slot(80);
   EXPECT_TRUE(starts_with(rejection([&] { kla::backward(p); }), kPassesAliasing));
-  char* dqkv = static_cast<char*>(a.slot(40));
+  char* dqkv = bytes_of(a.slot(40));
   p.dq = dqkv, p.dk = dqkv + 2 * H * D, p.dv = dqkv + 2 * 2 * H * D, p.dq_strides = p.dk_strides = p.dv_strides = fused;
   EXPECT_TRUE(starts_with(rejection([&] { kla::backward(p); }), "dk: overlaps dq"));
 }
@@ -224,23 +220,15 @@ TEST(KernelAliasing, InterleavedInputsAreTakenInterleavedOutputsAreNot) {
 // stride; any order of batch, head and row is taken when entries stay apart.
 TEST(KernelStrides, StridesThatRepeatAnEntryAreRefused) {
   Arena a;
-  const auto la = [&](auto edit) {
-    kla::ForwardParams p = la_forward(a);
-    edit(p);
-    return rejection([&] { kla::validate(p); });
-  };
-  EXPECT_TRUE(starts_with(la([](auto& p) { p.k_strides.row = 0; }), "k_strides.row"));
-  EXPECT_TRUE(starts_with(la([](auto& p) { p.v_strides.head = -8; }), "v_strides.head: must be >= 0"));
-  EXPECT_TRUE(starts_with(la([](auto& p) { p.output_strides.batch = p.output_strides.head; }), "output_strides.batch"));
-  EXPECT_TRUE(starts_with(la([](auto& p) { p.q_strides = {20 * 3 * 8, 8, 3 * 8}; }), kPassesAliasing));  // token-major
-  const auto dr = [&](auto edit) {
-    kdr::ForwardParams p = delta_forward(a);
-    edit(p);
-    return rejection([&] { kdr::validate(p); });
-  };
-  EXPECT_TRUE(starts_with(dr([](auto& p) { p.beta_strides.row = 0; }), "beta_strides.row"));
-  EXPECT_TRUE(starts_with(dr([](auto& p) { p.log_gate_strides = {40 * 3, 1, 3}; }), kPassesAliasing));  // [B, T, H]
-  EXPECT_TRUE(starts_with(dr([](auto& p) { p.log_gate_strides = {40 * 3, 1, 2}; }), "log_gate_strides.row"));
+  expect_refusals(la_forward(a), [](const auto& p) { kla::validate(p); },
+                  {{[](auto& p) { p.k_strides.row = 0; }, "k_strides.row"},
+                   {[](auto& p) { p.v_strides.head = -8; }, "v_strides.head: must be >= 0"},
+                   {[](auto& p) { p.output_strides.batch = p.output_strides.head; }, "output_strides.batch"},
+                   {[](auto& p) { p.q_strides = {20 * 3 * 8, 8, 3 * 8}; }, kPassesAliasing}});  // token-major
+  expect_refusals(delta_forward(a), [](const auto& p) { kdr::validate(p); },
+                  {{[](auto& p) { p.beta_strides.row = 0; }, "beta_strides.row"},
+                   {[](auto& p) { p.log_gate_strides = {40 * 3, 1, 3}; }, kPassesAliasing},  // [B, T, H]
+                   {[](auto& p) { p.log_gate_strides = {40 * 3, 1, 2}; }, "log_gate_strides.row"}});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -259,11 +247,7 @@ TEST(KernelPointers, LinearAttentionBackwardAndDecodeRefuseHostAndMisalignedPoin
   kla::set_contiguous_strides(b);
   b.q = in.q.device.data(), b.k = in.k.device.data(), b.v = in.v.device.data(), b.d_output = in.d_output.device.data();
   b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
-  const auto backward = [&](auto edit) {
-    kla::BackwardParams p = b;
-    edit(p);
-    return rejection([&] { kla::backward(p); });
-  };
+  const auto backward = refusal_of(b, [](const auto& p) { kla::backward(p); });
   EXPECT_TRUE(starts_with(backward([&](auto& p) { p.d_output = host.data(); }), "d_output: must be a device pointer"));
   EXPECT_TRUE(starts_with(backward([&](auto& p) { p.dk = static_cast<char*>(p.dk) + 1; }), "dk: must be aligned"));
   EXPECT_TRUE(starts_with(backward([&](auto& p) { p.d_initial_state = static_cast<char*>(state.data()) + 2; }),
@@ -272,11 +256,7 @@ TEST(KernelPointers, LinearAttentionBackwardAndDecodeRefuseHostAndMisalignedPoin
   d.dtype = DType::bf16, d.batch = 1, d.heads = 2, d.tokens = 30, d.key_dim = 16, d.value_dim = 8;
   kla::set_contiguous_strides(d);
   d.q = in.q.device.data(), d.k = in.k.device.data(), d.v = in.v.device.data(), d.output = dq.data(), d.final_state = state.data();
-  const auto decode = [&](auto edit) {
-    kla::DecodeParams p = d;
-    edit(p);
-    return rejection([&] { kla::decode(p); });
-  };
+  const auto decode = refusal_of(d, [](const auto& p) { kla::decode(p); });
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.v = host.data(); }), "v: must be a device pointer"));
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.final_state = host.data(); }), "final_state: must be a device pointer"));
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.q = static_cast<const char*>(p.q) + 1; }), "q: must be aligned"));
@@ -299,11 +279,7 @@ TEST(KernelPointers, DeltaRuleDecodeRefusesHostAndMisalignedPointers) {
   d.log_gate = static_cast<const float*>(in.log_gate.device.data());
   d.initial_state = static_cast<const float*>(in.initial_state.device.data());
   d.output = out.data(), d.final_state = static_cast<float*>(state.data());
-  const auto decode = [&](auto edit) {
-    kdr::DecodeParams p = d;
-    edit(p);
-    return rejection([&] { kdr::decode(p); });
-  };
+  const auto decode = refusal_of(d, [](const auto& p) { kdr::decode(p); });
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.k = host.data(); }), "k: must be a device pointer"));
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.beta = static_cast<const char*>(p.beta) + 1; }), "beta: must be aligned"));
   EXPECT_TRUE(starts_with(decode([&](auto& p) { p.log_gate = reinterpret_cast<const float*>(host.data()); }),

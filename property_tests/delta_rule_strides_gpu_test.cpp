@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,6 +55,15 @@ Pair empty_pair(DType dtype, Index B, Index H, Index rows, Index cols, Layout l,
           strided(dtype, B, H, rows, cols, cuda::contiguous(int(H), int(rows), int(cols)), l == Layout::odd_padding ? 1 : 0)};
 }
 
+// Which of a pair a run reads and writes; bind points a params field and its strides at it.
+enum class Side { strided, packed };
+template <class Pointer>
+void bind(const Pair& t, Side side, Pointer& pointer, Strides& strides) {
+  const StridedTensor& x = side == Side::strided ? t.strided : t.packed;
+  pointer = static_cast<Pointer>(x.data());
+  strides = x.strides;
+}
+
 void expect_same_entries(const Pair& p, const std::string& tensor, const std::string& what) {
   EXPECT_TRUE(p.strided.packed_bytes() == p.packed.packed_bytes()) << what << ": " << tensor << " differs";
 }
@@ -94,26 +102,19 @@ TEST(DeltaRuleStridesGpu, ForwardOnStridedTensorsEqualsPackedBitwise) {
     const Pair v = pair_of(in.v.device, s.layout, true), beta = pair_of(in.beta.device, s.layout, true);
     const Pair g = pair_of(in.log_gate.device, s.layout, true), s0 = pair_of(in.initial_state.device, s.layout, false);
     const Pair out = empty_pair(c.dtype, B, H, L, DV, s.layout, true), fin = empty_pair(DType::f32, B, H, DV, DK, s.layout, false);
-    const auto run = [&](auto side) {
+    for (Side side : {Side::strided, Side::packed}) {
       kdr::ForwardParams p;
       p.dtype = c.dtype, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
       p.chunk_size = int(c.chunk);
-      const auto bind = [&](const Pair& t, auto& pointer, Strides& strides) {
-        const StridedTensor& x = side(t);
-        pointer = static_cast<std::remove_reference_t<decltype(pointer)>>(x.data());
-        strides = x.strides;
-      };
-      bind(q, p.q, p.q_strides), bind(k, p.k, p.k_strides), bind(v, p.v, p.v_strides), bind(beta, p.beta, p.beta_strides);
-      if (c.gated) bind(g, p.log_gate, p.log_gate_strides);
-      bind(s0, p.initial_state, p.initial_state_strides), bind(out, p.output, p.output_strides);
-      bind(fin, p.final_state, p.final_state_strides);
+      bind(q, side, p.q, p.q_strides), bind(k, side, p.k, p.k_strides), bind(v, side, p.v, p.v_strides);
+      bind(beta, side, p.beta, p.beta_strides), bind(s0, side, p.initial_state, p.initial_state_strides);
+      if (c.gated) bind(g, side, p.log_gate, p.log_gate_strides);
+      bind(out, side, p.output, p.output_strides), bind(fin, side, p.final_state, p.final_state_strides);
       dt::DeviceBuffer workspace(kdr::workspace_bytes(p));
       p.workspace = workspace.get();
       kdr::forward(p);
       cuda::check(cudaDeviceSynchronize(), "forward");
-    };
-    run([](const Pair& t) -> const StridedTensor& { return t.strided; });
-    run([](const Pair& t) -> const StridedTensor& { return t.packed; });
+    }
     expect_same_entries(out, "output", describe(s, c));
     expect_same_entries(fin, "final_state", describe(s, c));
   }
@@ -131,23 +132,17 @@ TEST(DeltaRuleStridesGpu, DecodeOnStridedTensorsEqualsPackedBitwise) {
     const Pair g = pair_of(in.log_gate.device, s.layout, true);
     const Pair state = pair_of(in.initial_state.device, s.layout, false);  // updated in place
     const Pair out = empty_pair(c.dtype, B, H, T, DV, s.layout, true);
-    const auto run = [&](auto side) {
+    for (Side side : {Side::strided, Side::packed}) {
       kdr::DecodeParams p;
       p.dtype = c.dtype, p.batch = int(B), p.heads = int(H), p.tokens = int(T), p.key_dim = int(DK), p.value_dim = int(DV);
-      const auto bind = [&](const Pair& t, auto& pointer, Strides& strides) {
-        const StridedTensor& x = side(t);
-        pointer = static_cast<std::remove_reference_t<decltype(pointer)>>(x.data());
-        strides = x.strides;
-      };
-      bind(q, p.q, p.q_strides), bind(k, p.k, p.k_strides), bind(v, p.v, p.v_strides), bind(beta, p.beta, p.beta_strides);
-      if (c.gated) bind(g, p.log_gate, p.log_gate_strides);
-      bind(state, p.initial_state, p.initial_state_strides), bind(state, p.final_state, p.final_state_strides);
-      bind(out, p.output, p.output_strides);
+      bind(q, side, p.q, p.q_strides), bind(k, side, p.k, p.k_strides), bind(v, side, p.v, p.v_strides);
+      bind(beta, side, p.beta, p.beta_strides);
+      if (c.gated) bind(g, side, p.log_gate, p.log_gate_strides);
+      bind(state, side, p.initial_state, p.initial_state_strides), bind(state, side, p.final_state, p.final_state_strides);
+      bind(out, side, p.output, p.output_strides);
       kdr::decode(p);
       cuda::check(cudaDeviceSynchronize(), "decode");
-    };
-    run([](const Pair& t) -> const StridedTensor& { return t.strided; });
-    run([](const Pair& t) -> const StridedTensor& { return t.packed; });
+    }
     expect_same_entries(out, "output", describe(s, c));
     expect_same_entries(state, "state (in place)", describe(s, c));
   }
@@ -172,27 +167,21 @@ TEST(DeltaRuleStridesGpu, BackwardOnStridedTensorsEqualsPackedBitwise) {
       const Pair dq = empty_pair(c.dtype, B, H, L, DK, s.layout, true), dk = empty_pair(c.dtype, B, H, L, DK, s.layout, true);
       const Pair dv = empty_pair(c.dtype, B, H, L, DV, s.layout, true), d_beta = empty_pair(c.dtype, B, H, L, 1, s.layout, true);
       const Pair dg = empty_pair(acc, B, H, L, 1, s.layout, true), d_s0 = empty_pair(acc, B, H, DV, DK, s.layout, false);
-      const auto run = [&](auto side) {
+      for (Side side : {Side::strided, Side::packed}) {
         kdr::BackwardParams p;
         p.dtype = c.dtype, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
         p.chunk_size = int(c.chunk);
-        const auto bind = [&](const Pair& t, auto& pointer, Strides& strides) {
-          const StridedTensor& x = side(t);
-          pointer = x.data();
-          strides = x.strides;
-        };
-        bind(q, p.q, p.q_strides), bind(k, p.k, p.k_strides), bind(v, p.v, p.v_strides), bind(beta, p.beta, p.beta_strides);
-        bind(s0, p.initial_state, p.initial_state_strides), bind(d_out, p.d_output, p.d_output_strides);
-        bind(d_final, p.d_final_state, p.d_final_state_strides), bind(dq, p.dq, p.dq_strides), bind(dk, p.dk, p.dk_strides);
-        bind(dv, p.dv, p.dv_strides), bind(d_beta, p.d_beta, p.d_beta_strides), bind(d_s0, p.d_initial_state, p.d_initial_state_strides);
-        if (c.gated) bind(g, p.log_gate, p.log_gate_strides), bind(dg, p.d_log_gate, p.d_log_gate_strides);
+        bind(q, side, p.q, p.q_strides), bind(k, side, p.k, p.k_strides), bind(v, side, p.v, p.v_strides);
+        bind(beta, side, p.beta, p.beta_strides), bind(s0, side, p.initial_state, p.initial_state_strides);
+        bind(d_out, side, p.d_output, p.d_output_strides), bind(d_final, side, p.d_final_state, p.d_final_state_strides);
+        bind(dq, side, p.dq, p.dq_strides), bind(dk, side, p.dk, p.dk_strides), bind(dv, side, p.dv, p.dv_strides);
+        bind(d_beta, side, p.d_beta, p.d_beta_strides), bind(d_s0, side, p.d_initial_state, p.d_initial_state_strides);
+        if (c.gated) bind(g, side, p.log_gate, p.log_gate_strides), bind(dg, side, p.d_log_gate, p.d_log_gate_strides);
         dt::DeviceBuffer workspace(kdr::workspace_bytes(p));
         p.workspace = workspace.get();
         kdr::backward(p);
         cuda::check(cudaDeviceSynchronize(), "backward");
-      };
-      run([](const Pair& t) -> const StridedTensor& { return t.strided; });
-      run([](const Pair& t) -> const StridedTensor& { return t.packed; });
+      }
       for (auto [t, name] : {std::pair{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&d_beta, "d_beta"}, {&d_s0, "d_initial_state"}})
         expect_same_entries(*t, name, describe(s, c));
       if (c.gated) expect_same_entries(dg, "d_log_gate", describe(s, c));

@@ -6,6 +6,7 @@
 // null" (which needs no CUDA call either).
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
+#include "property_tests/support/gpu.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,30 +23,26 @@ namespace kdr = deltaproof::cuda::delta_rule;
 using cu::DType;
 constexpr int longest = cu::max_sequence_length;
 
-// The invalid_argument message of f(), or "no exception" when it returns.
-template <class F>
-std::string rejection(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using deltaproof::testing::rejection;
 
 ::testing::AssertionResult names(const std::string& message, const std::string& argument) {
   if (message.rfind(argument + ":", 0) == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "expected an error naming " << argument << ", got: " << message;
 }
 
+// One head of `length` tokens (decode: tokens), packed; either family's params (found by ADL).
 template <class Params>
-Params linear_attention_shape(int length) {
+Params shape_of(int length, int head_dim) {
   Params p;
-  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = 256, p.value_dim = 256;
+  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = head_dim, p.value_dim = head_dim;
   if constexpr (requires { p.tokens; }) p.tokens = length;
   else p.length = length, p.chunk_size = 64;
-  kla::set_contiguous_strides(p);
+  set_contiguous_strides(p);
   return p;
+}
+template <class Params>
+Params linear_attention_shape(int length) {
+  return shape_of<Params>(length, 256);
 }
 
 TEST(KernelSizeLimits, LongestSequenceIsTwoToThe31MinusChunk) {
@@ -91,12 +88,7 @@ TEST(KernelSizeLimits, LinearAttentionRefusesStridesWhoseOffsetsPassInt64) {
 
 template <class Params>
 Params delta_shape(int length) {
-  Params p;
-  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = 128, p.value_dim = 128;
-  if constexpr (requires { p.tokens; }) p.tokens = length;
-  else p.length = length, p.chunk_size = 64;
-  kdr::set_contiguous_strides(p);
-  return p;
+  return shape_of<Params>(length, 128);
 }
 
 TEST(KernelSizeLimits, DeltaRuleRefusesLongerSequencesAndTakesTheLongest) {

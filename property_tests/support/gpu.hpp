@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #define DELTAPROOF_REQUIRE_GPU()                                                       \
@@ -21,6 +23,21 @@
   } while (0)
 
 namespace deltaproof::testing {
+
+// What argument validation named: the std::invalid_argument message of f(), or "no exception".
+template <class F>
+std::string rejection(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+inline ::testing::AssertionResult starts_with(const std::string& message, const std::string& prefix) {
+  if (message.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected \"" << prefix << "...\", got: " << message;
+}
 
 inline std::vector<unsigned char> device_bytes(const void* data, std::size_t bytes) {
   std::vector<unsigned char> host(bytes);
