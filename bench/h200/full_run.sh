@@ -5,6 +5,7 @@
 # checkout, into .dev-pack/run.tar.xz; on the device, unpacked at /tmp/r (this script with them):
 #   bash /tmp/r/bench/h200/full_run.sh measure    # ≤ 9 min: suites and 20 seeds, benchmarks, ncu, CLI
 #   bash /tmp/r/bench/h200/full_run.sh sanitize   # ≈ 9 min: ctest -L gpu-sanitize and ctest -L long
+#   bash /tmp/r/bench/h200/full_run.sh seeds BINARY...  # ≈ 4 min: 20 seeds of those suites, nothing beside
 # Logs under $OUT; a short summary is printed last.
 set -u
 ROOT=/tmp/r
@@ -65,6 +66,19 @@ if [ "${1:-}" = measure ]; then
   rm -f "$OUT/bench_delta.txt"  # the JSON holds it (only 8 files come back from a device call)
   head -40 "$OUT/seed_failures.txt"
   cat "$OUT/suites.txt"
+elif [ "${1:-}" = seeds ]; then
+  # The property suites with seeds 1..20 alone on the machine (8 processes per binary at a time; in
+  # `measure` they share it with everything else and may time out); binaries named on the command line.
+  shift
+  for t in "$@"; do
+    seq 1 20 | xargs -P 8 -I{} sh -c "RC_PARAMS='seed={} max_success=4' timeout 170 ./$t --gtest_color=no \
+      --gtest_filter='-*AccuracyAtDesign*' > $OUT/seed_${t}_{}.log 2>&1; echo $t seed {} rc=\$?" &
+  done > "$OUT/seeds.txt"
+  wait
+  for t in "$@"; do echo "seeds $t: $(grep "^$t" "$OUT/seeds.txt" | grep -c 'rc=0')/20 pass"; done
+  grep -v "rc=0" "$OUT/seeds.txt"
+  grep -h -B2 -A6 "Falsifiable\|Failure" "$OUT"/seed_*.log | cut -c1-260 | head -60
+  tar -czf "$OUT/seed_logs.tgz" -C "$OUT" $(cd "$OUT" && ls seed_*.log) && rm -f "$OUT"/seed_*.log
 elif [ "${1:-}" = sanitize ]; then
   # Every device test under memcheck, racecheck, synccheck and initcheck (max_success=3), beside the
   # 2²⁰-token / > 2³¹-element runs.
