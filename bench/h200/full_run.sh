@@ -73,7 +73,7 @@ elif [ "${1:-}" = seeds ]; then
   shift
   for arg in "$@"; do
     t=${arg%%:*}; filter=-*AccuracyAtDesign*; [ "$arg" != "$t" ] && filter=${arg#*:}
-    seq 1 20 | xargs -P 8 -I{} sh -c "RC_PARAMS='seed={} max_success=4' timeout ${SEED_TIMEOUT:-170} ./$t --gtest_color=no \
+    seq 1 20 | xargs -P ${SEED_PARALLEL:-8} -I{} sh -c "RC_PARAMS='seed={} max_success=4' timeout ${SEED_TIMEOUT:-170} ./$t --gtest_color=no \
       --gtest_filter='$filter' > $OUT/seed_${t}_{}.log 2>&1; echo $t seed {} rc=\$?" &
   done > "$OUT/seeds.txt"
   wait
