@@ -10,7 +10,13 @@
 set -u
 ROOT=/tmp/r
 . "$ROOT/source.sh"; SRC=$DELTAPROOF_BUILD_SOURCE  # the checkout path the ctest files name
-mkdir -p "$(dirname "$SRC")" && ln -sfn "$ROOT" "$SRC"
+if [ -d "$SRC" ] && [ ! -L "$SRC" ]; then
+  # The device's copy of the working tree sits at the checkout path itself (build/ is ignored, so not
+  # copied): name the unpacked build there, unless a real build is already in place (a local run).
+  [ -e "$SRC/build/release/property_tests/CTestTestfile.cmake" ] || { rm -rf "$SRC/build"; ln -s "$ROOT/build" "$SRC/build"; }
+else
+  mkdir -p "$(dirname "$SRC")" && ln -sfn "$ROOT" "$SRC"
+fi
 B=$ROOT/build/release
 export LD_LIBRARY_PATH=$ROOT/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/full_run_out}; mkdir -p "$OUT"
