@@ -3,6 +3,7 @@
 // tensor_cast were reached only from GPU tests, Gated DeltaNet's batched forms and with_gates from
 // nothing on the CPU, and the helpers below only through the forms built on them. Each property
 // is exact over ℚ where the function is rational; SiLU, GELU and exp are checked in High.
+#include "property_tests/batch_properties.hpp"
 #include "property_tests/support/assertions.hpp"
 #include "property_tests/support/delta_cases.hpp"
 #include "property_tests/support/linear_attention_cases.hpp"
@@ -17,21 +18,7 @@ namespace deltaproof::testing {
 namespace {
 
 using ref::High;
-using ref::Tensor4;
 using ref::Vector;
-
-// A [B, H, rows, cols] tensor of generated entries.
-Tensor4<Exact> gen_tensor(Index batch, Index heads, Index rows, Index cols) {
-  Tensor4<Exact> t(batch, heads, rows, cols);
-  ref::for_each_head(batch, heads, [&](Index b, Index h) { t.set_head(b, h, *gen_matrix(rows, cols)); });
-  return t;
-}
-
-Tensor4<Exact> gen_gate_tensor(Index batch, Index heads, Index length) {
-  Tensor4<Exact> t(batch, heads, length, 1);
-  ref::for_each_head(batch, heads, [&](Index b, Index h) { t.set_head(b, h, Matrix<Exact>(*gen_gates(length, GateRegime::mixed))); });
-  return t;
-}
 
 // ---------------------------------------------------------------------------------------
 // [B, H, L, D] batches.
@@ -39,68 +26,15 @@ Tensor4<Exact> gen_gate_tensor(Index batch, Index heads, Index length) {
 // The batched backward is the per-head backward of another path on every head (with S_0 and dS_L
 // when the shape has them).
 RC_GTEST_PROP(OracleApi, LinearAttentionBatchedBackwardEqualsPerHead, ()) {
-  const auto batch = *rc::gen::inRange<Index>(1, 3);
-  const auto heads = *rc::gen::inRange<Index>(1, 4);
-  const Shape s = *gen_shape({.max_length = 24, .max_dim = 8});
-  la::BatchInputs<Exact> in{gen_tensor(batch, heads, s.length, s.key_dim), gen_tensor(batch, heads, s.length, s.key_dim),
-                            gen_tensor(batch, heads, s.length, s.value_dim), std::nullopt};
-  la::BatchCotangents<Exact> cot{gen_tensor(batch, heads, s.length, s.value_dim), std::nullopt};
-  if (s.with_initial_state) {
-    in.initial_state = gen_tensor(batch, heads, s.value_dim, s.key_dim);
-    cot.d_final_state = gen_tensor(batch, heads, s.value_dim, s.key_dim);
-  }
-  const auto out = la::batched_backward(in, cot, [&](const la::Inputs<Exact>& x, const la::Cotangents<Exact>& d) {
-    return la::chunkwise_backward(x, d, s.chunk_size);
-  });
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    const auto one = la::token_recurrence_backward(in.head(b, h), cot.head(b, h));
-    require_equal("batched dq", out.dq.head(b, h), one.dq);
-    require_equal("batched dk", out.dk.head(b, h), one.dk);
-    require_equal("batched dv", out.dv.head(b, h), one.dv);
-    require_equal("batched dS_0", out.d_initial_state.head(b, h), one.d_initial_state);
-  });
-}
-
-gd::BatchInputs<Exact> gen_gated_batch(Index batch, Index heads, const Shape& s) {
-  gd::BatchInputs<Exact> in{gen_tensor(batch, heads, s.length, s.key_dim), gen_tensor(batch, heads, s.length, s.key_dim),
-                            gen_tensor(batch, heads, s.length, s.value_dim), gen_gate_tensor(batch, heads, s.length),
-                            gen_gate_tensor(batch, heads, s.length), std::nullopt};
-  if (s.with_initial_state) in.initial_state = gen_tensor(batch, heads, s.value_dim, s.key_dim);
-  return in;
+  check_batched_backward_equals_per_head<la::BatchInputs<Exact>>(gen_batch_shape(2, 3, {.max_length = 24, .max_dim = 8}));
 }
 
 RC_GTEST_PROP(OracleApi, GatedDeltaRuleBatchedEqualsPerHead, ()) {
-  const auto batch = *rc::gen::inRange<Index>(1, 3);
-  const auto heads = *rc::gen::inRange<Index>(1, 3);
-  const Shape s = *gen_shape({.max_length = 12, .max_dim = 6});
-  const gd::BatchInputs<Exact> in = gen_gated_batch(batch, heads, s);
-  const auto out = gd::batched(in, [&](const gd::Inputs<Exact>& x) { return gd::chunkwise(x, s.chunk_size); });
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    const auto one = gd::token_recurrence(in.head(b, h));
-    require_equal("batched output", out.output.head(b, h), one.output);
-    require_equal("batched final state", out.final_state.head(b, h), one.final_state);
-  });
+  check_batched_equals_per_head<gd::BatchInputs<Exact>>(gen_batch_shape(2, 2, {.max_length = 12, .max_dim = 6}));
 }
 
 RC_GTEST_PROP(OracleApi, GatedDeltaRuleBatchedBackwardEqualsPerHead, ()) {
-  const auto batch = *rc::gen::inRange<Index>(1, 3);
-  const auto heads = *rc::gen::inRange<Index>(1, 3);
-  const Shape s = *gen_shape({.max_length = 10, .max_dim = 5});
-  const gd::BatchInputs<Exact> in = gen_gated_batch(batch, heads, s);
-  gd::BatchCotangents<Exact> cot{gen_tensor(batch, heads, s.length, s.value_dim), std::nullopt};
-  if (s.with_initial_state) cot.d_final_state = gen_tensor(batch, heads, s.value_dim, s.key_dim);
-  const auto out = gd::batched_backward(in, cot, [&](const gd::Inputs<Exact>& x, const gd::Cotangents<Exact>& d) {
-    return gd::chunkwise_backward(x, d, s.chunk_size);
-  });
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    const auto one = gd::token_recurrence_backward(in.head(b, h), cot.head(b, h));
-    require_equal("batched dq", out.dq.head(b, h), one.dq);
-    require_equal("batched dk", out.dk.head(b, h), one.dk);
-    require_equal("batched dv", out.dv.head(b, h), one.dv);
-    require_equal("batched dbeta", out.d_beta.head(b, h), Matrix<Exact>(one.d_beta));
-    require_equal("batched dalpha", out.d_alpha.head(b, h), Matrix<Exact>(one.d_alpha));
-    require_equal("batched dS_0", out.d_initial_state.head(b, h), one.d_initial_state);
-  });
+  check_batched_backward_equals_per_head<gd::BatchInputs<Exact>>(gen_batch_shape(2, 2, {.max_length = 10, .max_dim = 5}));
 }
 
 TEST(OracleApi, GatedDeltaRuleBatchedRejectsGatesOfTheWrongShape) {
