@@ -23,7 +23,6 @@ struct Tensor4 {
   Tensor4(Index b, Index h, Index r, Index c)
       : batch(b), heads(h), rows(r), cols(c), data(static_cast<size_t>(b * h * r * c), Scalar(0)) {}
 
-  Index head_count() const { return batch * heads; }
   size_t offset(Index b, Index h) const { return static_cast<size_t>(((b * heads) + h) * rows * cols); }
 
   // (rows, cols) of head (b, h), copied out of the row-major slab.

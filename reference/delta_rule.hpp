@@ -24,6 +24,7 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace deltaproof::ref::delta_rule {
@@ -502,33 +503,50 @@ ChunkGradients<Scalar> chunk_backward(const QRows& q, const KRows& k, const VRow
   return g;
 }
 
-// Chunkwise backward: forward for S_[c] and the WY intermediates, then a reverse scan over
-// chunks carrying G = dL/dS_[c] (G_[N] = dS_L).
-template <class Scalar, class Policy = Faithful>
-Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
-                                     ChunkOptions options = {}) {
-  const ChunkwiseForward<Scalar> fwd = chunkwise<Scalar, Policy>(in, chunk_size, options);
+namespace detail {
+struct NoGates {};
+
+// The reverse scan over chunks of the chunkwise backward (Gated DeltaNet's too), carrying
+// G = dL/dS_[c] from G_[N] = dS_L: per chunk, last first, backward_chunk (the family's
+// chunk_backward) at S_[c] and G_[c+1] gives the chunk's gradients and G_[c]. With gates,
+// gate_gradient(Γ, dΓ) turns the chunk's decay cotangent into d_alpha (dL/dα or dL/dg).
+template <class Gradients, class Scalar, class In, class ChunkedForward, class BackwardChunk, class GateGradient = NoGates>
+Gradients reverse_chunk_scan(const In& in, const ChunkedForward& fwd, const Cotangents<Scalar>& cot, Index chunk_size,
+                             BackwardChunk&& backward_chunk, GateGradient&& gate_gradient = {}) {
+  constexpr bool gated = !std::is_same_v<std::decay_t<GateGradient>, NoGates>;
   const std::vector<Chunk> chunks = chunks_of(in.length(), chunk_size);
-  Gradients<Scalar> g;
+  Gradients g;
   g.dq.resize(in.length(), in.key_dim());
   g.dk.resize(in.length(), in.key_dim());
   g.dv.resize(in.length(), in.value_dim());
   g.d_beta.resize(in.length());
+  if constexpr (gated) g.d_alpha.resize(in.length());
   Matrix<Scalar> grad = final_state_cotangent(cot, in.value_dim(), in.key_dim());
   for (Index c = static_cast<Index>(chunks.size()) - 1; c >= 0; --c) {
     const Chunk& ch = chunks[c];
     const Vector<Scalar> beta = in.beta.segment(ch.begin, ch.size);
-    ChunkGradients<Scalar> cg = chunk_backward<Scalar>(
-        in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
-        beta, fwd.chunks[c], fwd.boundary_states[c], cot.d_output.middleRows(ch.begin, ch.size), grad);
+    auto cg = backward_chunk(in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size),
+                             in.v.middleRows(ch.begin, ch.size), beta, fwd.chunks[c], fwd.boundary_states[c],
+                             cot.d_output.middleRows(ch.begin, ch.size), grad);
     g.dq.middleRows(ch.begin, ch.size) = cg.dq;
     g.dk.middleRows(ch.begin, ch.size) = cg.dk;
     g.dv.middleRows(ch.begin, ch.size) = cg.dv;
     g.d_beta.segment(ch.begin, ch.size) = cg.d_beta;
+    if constexpr (gated) g.d_alpha.segment(ch.begin, ch.size) = gate_gradient(fwd.chunks[c].decay, cg.d_decay);
     grad = std::move(cg.d_state);
   }
   g.d_initial_state = grad;
   return g;
+}
+}  // namespace detail
+
+// Chunkwise backward: forward for S_[c] and the WY intermediates, then the reverse scan over
+// chunks carrying G = dL/dS_[c] (G_[N] = dS_L).
+template <class Scalar, class Policy = Faithful>
+Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
+                                     ChunkOptions options = {}) {
+  return detail::reverse_chunk_scan<Gradients<Scalar>>(in, chunkwise<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+                                                       [](const auto&... x) { return chunk_backward<Scalar>(x...); });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -465,54 +465,23 @@ Vector<Scalar> log_gate_gradient_from_decay(const Matrix<Scalar>& decay, const M
   return d_log_gate;
 }
 
-namespace detail {
-template <class Scalar, class In, class GateGradient>
-Gradients<Scalar> chunkwise_backward_with(const In& in, const ChunkwiseForward<Scalar>& fwd, const Cotangents<Scalar>& cot,
-                                          Index chunk_size, GateGradient&& gate_gradient) {
-  const std::vector<Chunk> chunks = chunks_of(in.length(), chunk_size);
-  Gradients<Scalar> g;
-  g.dq.resize(in.length(), in.key_dim());
-  g.dk.resize(in.length(), in.key_dim());
-  g.dv.resize(in.length(), in.value_dim());
-  g.d_beta.resize(in.length());
-  g.d_alpha.resize(in.length());
-  Matrix<Scalar> grad = final_state_cotangent(cot, in.value_dim(), in.key_dim());
-  for (Index c = static_cast<Index>(chunks.size()) - 1; c >= 0; --c) {
-    const Chunk& ch = chunks[c];
-    const Vector<Scalar> beta = in.beta.segment(ch.begin, ch.size);
-    ChunkGradients<Scalar> cg = chunk_backward<Scalar>(
-        in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
-        beta, fwd.chunks[c], fwd.boundary_states[c], cot.d_output.middleRows(ch.begin, ch.size), grad);
-    g.dq.middleRows(ch.begin, ch.size) = cg.dq;
-    g.dk.middleRows(ch.begin, ch.size) = cg.dk;
-    g.dv.middleRows(ch.begin, ch.size) = cg.dv;
-    g.d_beta.segment(ch.begin, ch.size) = cg.d_beta;
-    g.d_alpha.segment(ch.begin, ch.size) = gate_gradient(fwd.chunks[c].decay, cg.d_decay);
-    grad = std::move(cg.d_state);
-  }
-  g.d_initial_state = grad;
-  return g;
-}
-}  // namespace detail
-
-// Chunkwise backward through the WY form: d_alpha holds dL/dα.
+// Chunkwise backward through the WY form (delta_rule's reverse scan over chunks, this family's
+// chunk_backward): d_alpha holds dL/dα.
 template <class Scalar, class Policy = Faithful>
 Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
                                      ChunkOptions options = {}) {
-  const auto fwd = chunkwise<Scalar, Policy>(in, chunk_size, options);
-  return detail::chunkwise_backward_with(in, fwd, cot, chunk_size, [](const Matrix<Scalar>& decay, const Matrix<Scalar>& dd) {
-    return gate_gradient_from_decay<Scalar>(decay, dd);
-  });
+  return delta_rule::detail::reverse_chunk_scan<Gradients<Scalar>>(
+      in, chunkwise<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+      [](const auto&... x) { return chunk_backward<Scalar>(x...); }, gate_gradient_from_decay<Scalar>);
 }
 
 // The log-gate path's backward: d_alpha holds dL/dg.
 template <class Scalar, class Policy = Faithful>
 Gradients<Scalar> chunkwise_log_gate_backward(const LogGateInputs<Scalar>& in, const Cotangents<Scalar>& cot,
                                               Index chunk_size, ChunkOptions options = {}) {
-  const auto fwd = chunkwise_log_gate<Scalar, Policy>(in, chunk_size, options);
-  return detail::chunkwise_backward_with(in, fwd, cot, chunk_size, [](const Matrix<Scalar>& decay, const Matrix<Scalar>& dd) {
-    return log_gate_gradient_from_decay<Scalar>(decay, dd);
-  });
+  return delta_rule::detail::reverse_chunk_scan<Gradients<Scalar>>(
+      in, chunkwise_log_gate<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+      [](const auto&... x) { return chunk_backward<Scalar>(x...); }, log_gate_gradient_from_decay<Scalar>);
 }
 
 // ---------------------------------------------------------------------------------------
