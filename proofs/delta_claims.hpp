@@ -12,6 +12,7 @@
 #include "reference/delta_rule.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,15 @@ void claim_formal_gradient(Claims<S>& out, const std::string& family, const In& 
   out.add("<backward, u> = d/de L(x + e u) through the " + family +
           "recurrence (dual numbers): backward = formal gradient of L")
       .equal(as_matrix(analytic), as_matrix(directional));
+}
+
+// A delta certificate's run: builder(shape, source) on every shape, under the title (with the
+// planted bug's line in a planted build); the exit status says whether every identity held.
+template <class Builder>
+int certify_shapes(const std::string& title, const char* planted, std::initializer_list<DeltaShape> shapes, Builder&& builder) {
+  Certificate cert(planted ? title + "\nPLANTED BUG: " + planted + " (this run must fail)" : title);
+  for (const DeltaShape& sh : shapes) cert.shape(sh.name(), [&](auto& source) { return builder(sh, source); });
+  return cert.finish();
 }
 
 }  // namespace deltaproof::proofs

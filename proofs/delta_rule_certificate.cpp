@@ -17,6 +17,7 @@ namespace ref = deltaproof::ref;
 
 #ifdef DELTAPROOF_PLANTED
 // Planted bug: [[A11, 0], [A21, A22]]⁻¹ merged with T21 = +T22 A21 T11.
+constexpr const char* kPlanted = "block merge with T21 = +T22 A21 T11";
 struct Policy : dr::Faithful {
   template <class Scalar>
   static Matrix<Scalar> merged_off_diagonal(const Matrix<Scalar>& t11, const Matrix<Scalar>& a21, const Matrix<Scalar>& t22) {
@@ -24,6 +25,7 @@ struct Policy : dr::Faithful {
   }
 };
 #else
+constexpr const char* kPlanted = nullptr;
 using Policy = dr::Faithful;
 #endif
 
@@ -114,18 +116,12 @@ auto delta_claims(const DeltaShape& sh, Source& src) {
 }  // namespace
 
 int main() {
-  Certificate cert("DeltaNet certificate (proofs/delta_rule.md): token views = affine tree scan = WY prefix products ="
-                   " chunkwise (three triangular solves) = parallel form; backward through WY = recurrence backward ="
-                   " formal gradient"
-#ifdef DELTAPROOF_PLANTED
-                   "\nPLANTED BUG: block merge with T21 = +T22 A21 T11 (this run must fail)"
-#endif
-  );
-  const DeltaShape shapes[] = {
-      {1, 4, 1, 1, false, 1},  {2, 1, 2, 1, true, 1},   {5, 2, 3, 2, true, 1},
-      {7, 4, 2, 3, false, 2},  {8, 8, 3, 1, true, 2},   {9, 8, 1, 2, true, 3},
-      {17, 16, 2, 2, true, 4}, {40, 48, 1, 1, true, 16}, {70, 64, 2, 2, true, 16},
-  };
-  for (const DeltaShape& sh : shapes) cert.shape(sh.name(), [&](auto& source) { return delta_claims(sh, source); });
-  return cert.finish();
+  return certify_shapes("DeltaNet certificate (proofs/delta_rule.md): token views = affine tree scan = WY prefix products ="
+                        " chunkwise (three triangular solves) = parallel form; backward through WY = recurrence backward ="
+                        " formal gradient",
+                        kPlanted,
+                        {{1, 4, 1, 1, false, 1}, {2, 1, 2, 1, true, 1}, {5, 2, 3, 2, true, 1}, {7, 4, 2, 3, false, 2},
+                         {8, 8, 3, 1, true, 2}, {9, 8, 1, 2, true, 3}, {17, 16, 2, 2, true, 4}, {40, 48, 1, 1, true, 16},
+                         {70, 64, 2, 2, true, 16}},
+                        [](const DeltaShape& sh, auto& source) { return delta_claims(sh, source); });
 }

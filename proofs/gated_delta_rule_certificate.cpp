@@ -138,6 +138,7 @@ namespace ref = deltaproof::ref;
 
 #ifdef DELTAPROOF_PLANTED
 // Planted bug: the in-chunk decay γ left out of W (W = T diag(β) K).
+constexpr const char* kPlanted = "gamma dropped from W = T diag(beta gamma) K";
 struct Policy : gd::Faithful {
   template <class Scalar, class KRows, class VRows>
   static dr::WY<Scalar> wy_factors(const Matrix<Scalar>& t, const KRows& k, const VRows& v, const Vector<Scalar>& beta,
@@ -146,6 +147,7 @@ struct Policy : gd::Faithful {
   }
 };
 #else
+constexpr const char* kPlanted = nullptr;
 using Policy = gd::Faithful;
 #endif
 
@@ -268,17 +270,11 @@ auto gated_claims(const DeltaShape& sh, Source& src) {
 }  // namespace
 
 int main() {
-  Certificate cert("Gated DeltaNet certificate (proofs/gated_delta_rule.md): token views = affine scan = gated WY ="
-                   " chunkwise (three solves) = parallel; alpha = 1 is DeltaNet; log-gate path = gate products;"
-                   " backward paths = formal gradient"
-#ifdef DELTAPROOF_PLANTED
-                   "\nPLANTED BUG: gamma dropped from W = T diag(beta gamma) K (this run must fail)"
-#endif
-  );
-  const DeltaShape shapes[] = {
-      {1, 4, 1, 1, false, 1}, {2, 1, 2, 1, true, 1},  {5, 2, 3, 2, true, 1},   {7, 4, 2, 3, false, 2},
-      {9, 8, 1, 2, true, 3},  {17, 16, 2, 2, true, 4}, {70, 64, 2, 2, true, 16},
-  };
-  for (const DeltaShape& sh : shapes) cert.shape(sh.name(), [&](auto& source) { return gated_claims(sh, source); });
-  return cert.finish();
+  return certify_shapes("Gated DeltaNet certificate (proofs/gated_delta_rule.md): token views = affine scan = gated WY ="
+                        " chunkwise (three solves) = parallel; alpha = 1 is DeltaNet; log-gate path = gate products;"
+                        " backward paths = formal gradient",
+                        kPlanted,
+                        {{1, 4, 1, 1, false, 1}, {2, 1, 2, 1, true, 1}, {5, 2, 3, 2, true, 1}, {7, 4, 2, 3, false, 2},
+                         {9, 8, 1, 2, true, 3}, {17, 16, 2, 2, true, 4}, {70, 64, 2, 2, true, 16}},
+                        [](const DeltaShape& sh, auto& source) { return gated_claims(sh, source); });
 }

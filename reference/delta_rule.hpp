@@ -381,9 +381,7 @@ ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size, C
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     const Vector<Scalar> beta = in.beta.segment(c.begin, c.size);
     out.boundary_states.push_back(state);
     ChunkIntermediates<Scalar> x;

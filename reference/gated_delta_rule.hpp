@@ -269,9 +269,7 @@ ChunkwiseForward<Scalar> chunkwise_with_decay(const In& in, Index chunk_size, Ch
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     const Vector<Scalar> beta = in.beta.segment(c.begin, c.size);
     out.boundary_states.push_back(state);
     ChunkIntermediates<Scalar> x;
@@ -518,9 +516,7 @@ delta_rule::ChunkwiseForward<Scalar> additive_chunkwise(const ScalarGateInputs<S
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);
-    const auto k = in.k.middleRows(c.begin, c.size);
-    const auto v = in.v.middleRows(c.begin, c.size);
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     out.boundary_states.push_back(state);
     const Matrix<Scalar> decay = decay_from_gates<Scalar>(in.alpha.segment(c.begin, c.size));
     const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(token_decay(decay));

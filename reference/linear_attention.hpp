@@ -111,9 +111,7 @@ ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size) {
                                                      : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
     if (!Policy::keeps_chunk(c, chunk_size)) continue;
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     out.boundary_states.push_back(state);
     const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(chunk_mask<Scalar, Policy>(c.size));  // (C, C)
     out.output.middleRows(c.begin, c.size) = q * state.transpose() + scores * v;                      // (C, DV)
@@ -201,9 +199,7 @@ Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<
   g.dv = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   for (Index c = 0; c < n; ++c) {
     const Chunk& ch = chunks[c];
-    const auto q = in.q.middleRows(ch.begin, ch.size);               // (C, DK)
-    const auto k = in.k.middleRows(ch.begin, ch.size);               // (C, DK)
-    const auto v = in.v.middleRows(ch.begin, ch.size);               // (C, DV)
+    const auto [q, k, v] = in.rows(ch);                              // (C, DK), (C, DK), (C, DV)
     const auto d_out = cot.d_output.middleRows(ch.begin, ch.size);   // (C, DV)
     const Matrix<Scalar> mask = chunk_mask<Scalar, Policy>(ch.size);  // (C, C)
     const Matrix<Scalar> d_scores = (d_out * v.transpose()).cwiseProduct(mask);  // E, (C, C)

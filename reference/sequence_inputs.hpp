@@ -8,10 +8,12 @@
 // q, k, v, so aggregate initialization stays flat: Inputs{q, k, v, beta, initial_state}.
 #pragma once
 
+#include "reference/chunking.hpp"
 #include "reference/scalar.hpp"
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace deltaproof::ref {
@@ -29,6 +31,11 @@ struct SequenceInputs {
   Index length() const { return q.rows(); }
   Index key_dim() const { return q.cols(); }
   Index value_dim() const { return v.cols(); }
+
+  // q, k, v of one chunk's tokens [begin, begin + size): views (C, DK), (C, DK), (C, DV).
+  auto rows(const Chunk& c) const {
+    return std::tuple{q.middleRows(c.begin, c.size), k.middleRows(c.begin, c.size), v.middleRows(c.begin, c.size)};
+  }
 
   // The per-token coefficients to check (Derived lists its own).
   std::vector<PerToken> per_token() const { return {}; }

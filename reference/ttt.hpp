@@ -442,9 +442,7 @@ MlpForward<Scalar> mlp_minibatch_dual(const Inputs<Scalar>& in, const MlpWeights
   MlpForward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());
   for (const Chunk& batch : chunks_of(in.length(), batch_size)) {
-    const auto q = in.q.middleRows(batch.begin, batch.size);  // (b, DK)
-    const auto k = in.k.middleRows(batch.begin, batch.size);  // (b, DK)
-    const auto v = in.v.middleRows(batch.begin, batch.size);  // (b, DV)
+    const auto [q, k, v] = in.rows(batch);  // (b, DK), (b, DK), (b, DV)
     const Matrix<Scalar> eta = in.learning_rate.segment(batch.begin, batch.size).asDiagonal();  // (b, b)
     const Matrix<Scalar> mask = causal_mask<Scalar>(batch.size);                                 // (b, b)
     const Matrix<Scalar> z1 = k * w.w1.transpose();                                              // (b, DH)

@@ -78,28 +78,24 @@ Vector<Exact> gates(ref::RandomDyadic& random, Index length, const std::string& 
 // What no argument names, per family: the op's names, and the oracle functions that take no Inputs
 // (inputs_of, from a parameter list) or need a scalar chosen (cast). Everything else is reached by
 // unqualified calls through the inputs' type (argument-dependent lookup: dr:: or gd::).
+template <bool Gated>
+struct FamilyOf {
+  static constexpr bool gated = Gated;
+  static constexpr const char* op = Gated ? "gated-delta" : "delta";
+  static constexpr const char* title = Gated ? "Gated DeltaNet" : "DeltaNet";
+  template <class S>
+  static auto inputs_of(const ref::Params<S>& p) {
+    if constexpr (Gated) return gd::inputs_of(p);
+    else return dr::inputs_of(p);
+  }
+  template <class To, class In>
+  static auto cast(const In& in) {
+    if constexpr (Gated) return gd::cast<To>(in);
+    else return dr::cast<To>(in);
+  }
+};
 template <class In>
-struct Family;
-template <>
-struct Family<dr::Inputs<Exact>> {
-  static constexpr bool gated = false;
-  static constexpr const char* op = "delta";
-  static constexpr const char* title = "DeltaNet";
-  template <class S>
-  static dr::Inputs<S> inputs_of(const ref::Params<S>& p) { return dr::inputs_of(p); }
-  template <class To>
-  static dr::Inputs<To> cast(const dr::Inputs<Exact>& in) { return dr::cast<To>(in); }
-};
-template <>
-struct Family<gd::Inputs<Exact>> {
-  static constexpr bool gated = true;
-  static constexpr const char* op = "gated-delta";
-  static constexpr const char* title = "Gated DeltaNet";
-  template <class S>
-  static gd::Inputs<S> inputs_of(const ref::Params<S>& p) { return gd::inputs_of(p); }
-  template <class To>
-  static gd::Inputs<To> cast(const gd::Inputs<Exact>& in) { return gd::cast<To>(in); }
-};
+using Family = FamilyOf<std::is_same_v<In, gd::Inputs<Exact>>>;
 
 template <class In>
 struct Case {
