@@ -9,10 +9,12 @@
 #include "bench/cuda_bench_support.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
+#include "cuda/delta_rule_backward_fast.h"
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kc = deltaproof::cuda;
@@ -27,7 +29,7 @@ constexpr int kDecodeBatch = 64;
 constexpr int kSets = 2;
 
 struct ForwardSet {
-  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state, *state_operands, *v_new_operands;
+  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state;
 };
 const std::vector<ForwardSet>& forward_sets() {
   static const std::vector<ForwardSet> sets = [] {
@@ -38,22 +40,19 @@ const std::vector<ForwardSet>& forward_sets() {
       s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
                    device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
                    device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
-                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4), device_workspace(states * (kLength / 16) * 2),
-                   device_workspace(n * 2)});
+                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4)});
     return s;
   }();
   return sets;
 }
 
-kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeline = 0) {
+kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated) {
   const ForwardSet& s = forward_sets()[size_t(set)];
   kc::DeltaRuleForwardParams p;
   p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
   p.chunk_size = C, p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
   p.log_gate = gated ? static_cast<const float*>(s.gate) : nullptr;
   p.output = s.o, p.w = s.w, p.u = s.u, p.final_state = static_cast<float*>(s.final_state);
-  p.state_operands = s.state_operands, p.v_new_operands = s.v_new_operands;  // sized for C = 16, the most chunks
-  p.pipeline = pipeline;
   return p;
 }
 
@@ -62,18 +61,16 @@ kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated, int pipeli
 double forward_flops(int C) { return double(kBatch) * kHeads * kLength * (10.0 * C * kDim + 6.0 * kDim * kDim); }
 constexpr double kTensorBytes = double(kBatch) * kHeads * kLength * kDim * 2;
 
-enum class Stage { forward, prepare, scan, output };
+enum class Stage { forward, prepare, scan };
 
 void forward_benchmark(benchmark::State& state, Stage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
-  const int pipeline = static_cast<int>(state.range(2));
   time_launches(state, kSets, [&](int i) {
-    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated, pipeline);
+    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated);
     if (stage == Stage::forward) kc::delta_rule_forward(p);
     else if (stage == Stage::prepare) kc::delta_rule_wy_prepare(p);
-    else if (stage == Stage::scan) kc::delta_rule_chunk_scan(p);
-    else kc::delta_rule_chunk_output(p);
+    else kc::delta_rule_chunk_scan(p);
   });
   // Compulsory traffic of the whole forward: read q, k, v, write o.
   state.counters["bytes"] = benchmark::Counter(4 * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
@@ -83,23 +80,11 @@ void forward_benchmark(benchmark::State& state, Stage stage) {
 void BM_DeltaRuleForward(benchmark::State& state) { forward_benchmark(state, Stage::forward); }
 void BM_DeltaRuleWyPrepare(benchmark::State& state) { forward_benchmark(state, Stage::prepare); }
 void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, Stage::scan); }
-void BM_DeltaRuleChunkOutput(benchmark::State& state) { forward_benchmark(state, Stage::output); }
-
-// The scan stage at C = 64 for each value slice and scan version (tuning knobs of
-// cuda::DeltaRuleForwardParams: v1 direct loads, v2 register prefetch of the next chunk; v4 has no
-// slice knob: BM_DeltaRuleChunkScan/pipeline:4).
-void BM_DeltaRuleScanSlice(benchmark::State& state) {
-  const int slice = static_cast<int>(state.range(0)), pipeline = static_cast<int>(state.range(1));
-  time_launches(state, kSets, [&](int i) {
-    kc::DeltaRuleForwardParams p = forward_params(i, 64, false, pipeline);
-    p.value_slice = slice;
-    kc::delta_rule_chunk_scan(p);
-  });
-}
 
 // ---------------------------------------------------------------------------------------
 // Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
-// dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for C = 16.
+// dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for the largest need over C.
+// bf16 at D = 128 takes the tensor-core backward (cuda/delta_rule_backward_fast.cu); its stages are timed alone.
 
 struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
@@ -117,7 +102,8 @@ const std::vector<BackwardSet>& backward_sets() {
     std::vector<BackwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
-    const std::size_t workspace = kc::delta_rule_backward_workspace_bytes(backward_shape(16));
+    std::size_t workspace = 0;
+    for (int C : {16, 32, 64}) workspace = std::max(workspace, kc::delta_rule_backward_workspace_bytes(backward_shape(C)));
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
                    device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
@@ -140,7 +126,8 @@ kc::DeltaRuleBackwardParams backward_params(int set, int C, bool gated) {
   return p;
 }
 
-// Algorithmic FLOPs per token of the backward v1 (no triangular savings; D = DK = DV):
+// Algorithmic FLOPs per token of the backward (no triangular savings; D = DK = DV; the hi + lo products and
+// the recomputed forward's extra products not counted):
 // prepare K Kᵀ, Q Kᵀ, W, U 8CD; state scan V̄ and S 4D²; gradient scan dV̄ 2CD + 2D², G 4D²;
 // chunk gradients K Kᵀ, dO V̄ᵀ, E_o K, dT (two), E_oᵀ Q, F K, Tᵀ dW, Tᵀ dU 20CD, dO S, dV̄ S,
 // V̄ G' 6D², X and E 4C² — 28CD + 16D² + 4C² in all.
@@ -148,7 +135,7 @@ double backward_flops(int C) {
   return double(kBatch) * kHeads * kLength * (28.0 * C * kDim + 16.0 * kDim * kDim + 4.0 * C * C);
 }
 
-enum class BackwardStage { all, prepare, state_scan, gradient_scan, chunk_gradients, forward_and_backward };
+enum class BackwardStage { all, prepare, state_pass, gradient_scan, chunk_gradients, forward_and_backward };
 
 void backward_benchmark(benchmark::State& state, BackwardStage stage) {
   const int C = static_cast<int>(state.range(0));
@@ -160,10 +147,10 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
     const kc::DeltaRuleBackwardParams p = backward_params(i, C, gated);
     switch (stage) {
       case BackwardStage::all: return kc::delta_rule_backward(p);
-      case BackwardStage::prepare: return kc::delta_rule_backward_prepare(p);
-      case BackwardStage::state_scan: return kc::delta_rule_backward_state_scan(p);
-      case BackwardStage::gradient_scan: return kc::delta_rule_backward_gradient_scan(p);
-      case BackwardStage::chunk_gradients: return kc::delta_rule_backward_chunk_gradients(p);
+      case BackwardStage::prepare: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::prepare);
+      case BackwardStage::state_pass: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::state_pass);
+      case BackwardStage::gradient_scan: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::gradient_scan);
+      case BackwardStage::chunk_gradients: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::chunk_gradients);
       case BackwardStage::forward_and_backward:
         kc::delta_rule_forward(forward_params(i, C, gated));
         return kc::delta_rule_backward(p);
@@ -178,7 +165,7 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
 
 void BM_DeltaRuleBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::all); }
 void BM_DeltaRuleBackwardPrepare(benchmark::State& state) { backward_benchmark(state, BackwardStage::prepare); }
-void BM_DeltaRuleBackwardStateScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::state_scan); }
+void BM_DeltaRuleBackwardStatePass(benchmark::State& state) { backward_benchmark(state, BackwardStage::state_pass); }
 void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::gradient_scan); }
 void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
 void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
@@ -212,22 +199,19 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
 
 }  // namespace
 
-#define DELTA_FORWARD_ARGS(...)                                                                          \
-  ArgNames({"C", "gated", "pipeline"})->ArgsProduct({{16, 32, 64}, {0, 1}, {__VA_ARGS__}})->UseManualTime()       \
-      ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
-BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS(2, 3, 4);
-BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS(0);
-BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS(2, 3, 4);
-BENCHMARK(BM_DeltaRuleChunkOutput)->DELTA_FORWARD_ARGS(3);
-BENCHMARK(BM_DeltaRuleScanSlice)->ArgNames({"BV", "pipeline"})->ArgsProduct({{16, 32, 64}, {1, 2}})->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+#define DELTA_FORWARD_ARGS                                                                                     \
+  ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
+      ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
+BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS;
+BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS;
+BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS;
 #define DELTA_BACKWARD_ARGS                                                                                    \
   ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
       ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
 BENCHMARK(BM_DeltaRuleBackward)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleForwardBackward)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardPrepare)->DELTA_BACKWARD_ARGS;
-BENCHMARK(BM_DeltaRuleBackwardStateScan)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardStatePass)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardChunkGradients)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})

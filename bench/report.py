@@ -251,7 +251,7 @@ def _delta_op(args):
     return "gated-delta" if args.get("gated") else "delta"
 
 
-DEFAULT_DELTA_PIPELINE = 4  # cuda/delta_rule.h: pipeline 0 = v4
+DEFAULT_DELTA_PIPELINE = 4  # runs before the scan versions were removed carry `pipeline`: 0 and 4 are today's register scan
 GPU_FAMILIES = {
     "BM_LinearAttentionForward": lambda a: ("linear", "forward", ""),
     "BM_LinearAttentionBackward": lambda a: ("linear", "backward", ""),

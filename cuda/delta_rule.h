@@ -12,7 +12,9 @@
 //      16×16 forward substitution merged 16→32→64, W = T diag(β γ) K and U = T diag(β) V.
 //   2. chunk_scan (one block per head and DV slice, sequential over chunks): V̄ = U − W S_[c]ᵀ,
 //      O = diag(γ) Q S_[c]ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) V̄, S_[c+1] = γ_C S_[c] + (diag(γ_C/γ) V̄)ᵀ K.
-//      Default (v4): raw mma.sync with the fp32 state slice in registers (see `pipeline`).
+//      The fast path (16-bit inputs, DK ≤ 128, DK and DV multiples of 8, 16-byte aligned rows) keeps the
+//      fp32 state slice in registers on raw mma.sync; every other input takes the one fallback, the state
+//      in shared memory (cuda/delta_rule_forward_kernels.cuh).
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
 #pragma once
@@ -44,28 +46,16 @@ struct DeltaRuleForwardParams {
   void* w = nullptr;             // [B, H, L, DK] dtype: W, written by stage 1, read by stage 2 (required)
   void* u = nullptr;             // [B, H, L, DV] dtype: U, likewise (required)
 
+  // Optional: the residuals of W's and U's roundings, stored in the dtype (x = w + w_lo to about 16 bits
+  // for bf16; 16-bit inputs only). The backward's own forward asks for them.
+  void* w_lo = nullptr;  // [B, H, L, DK] dtype
+  void* u_lo = nullptr;  // [B, H, L, DV] dtype
+
   // Optional intermediates for stage tests (null: not written).
   float* wy_system = nullptr;        // [B, H, N, C, C] fp32: A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)
   float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹ (rows past a partial chunk: identity)
   float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ
   float* boundary_states = nullptr;  // [B, H, N, DV, DK] fp32: S_[c], the state before chunk c
-
-  // Columns of S (value rows) per block of the state scan: 16, 32 or 64 (bf16/fp16); 0 picks
-  // the default (64); halved while the scan's shared memory would not fit (DK = 256). fp32
-  // inputs always use 16 (shared memory). A tuning knob only: each column's
-  // arithmetic is the same whatever the slice, so results are equal bit for bit (tested).
-  int value_slice = 0;
-  // Scan version: 0 default (v4), 1 = v1 (direct loads), 2 = v2 (next chunk prefetched into
-  // registers), 3 = v3 (v2 without the output, then a parallel output kernel over all chunks;
-  // needs state_operands and v_new_operands), 4 = v4 (raw mma.sync, the state in registers, S fed
-  // to the tensor cores as a hi + lo pair; always 64 value columns per block, value_slice is not
-  // used). v2 and v3 need 16-bit inputs with DK, DV multiples of 8, else v1 runs; v4 also needs
-  // DK <= 128 and 16-byte aligned q, k, w, u, else v2 (or v1) runs. v1, v2 and v3 give the same
-  // bits (tested); v4 rounds S differently (hi + lo instead of one rounding), so its bits differ
-  // from theirs, but are the same whatever the value slice and from run to run (tested).
-  int pipeline = 0;
-  void* state_operands = nullptr;  // [B, H, N, DV, DK] dtype: S_[c] rounded to the dtype (v3 workspace)
-  void* v_new_operands = nullptr;  // [B, H, L, DV] dtype: V̄ rounded to the dtype (v3 workspace)
 
   cudaStream_t stream = nullptr;
 };
@@ -77,7 +67,6 @@ void delta_rule_forward(const DeltaRuleForwardParams& params);
 // The two stages one at a time (delta_rule_forward calls both), for per-stage timing.
 void delta_rule_wy_prepare(const DeltaRuleForwardParams& params);
 void delta_rule_chunk_scan(const DeltaRuleForwardParams& params);
-void delta_rule_chunk_output(const DeltaRuleForwardParams& params);  // v3 only; nothing otherwise
 
 // Recurrent decode: T new tokens from a given (or zero) state, the state kept in fp32.
 struct DeltaRuleDecodeParams {

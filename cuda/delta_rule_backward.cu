@@ -16,6 +16,7 @@
 // runs the very same arithmetic.
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
+#include "cuda/delta_rule_backward_fast.h"
 #include "cuda/delta_rule_backward_kernels.cuh"
 
 #include <cuda_bf16.h>
@@ -106,8 +107,15 @@ void validate_for(const DeltaRuleBackwardParams& p, Run run) {
     present(p.output, "output");
     present(p.final_state, "final_state");
   }
+  const bool fast = run == Run::backward && delta_rule_backward_uses_tensor_cores(p);
+  if (fast) {  // what the tensor-core path never materialises
+    require_argument(p.scores == nullptr, "scores", "must be null for the tensor-core backward (bf16): P stays in registers");
+    require_argument(p.output == nullptr, "output",
+                     "must be null for the tensor-core backward (bf16): it recomputes no output (delta_rule_backward_forward does)");
+  }
   std::size_t bytes = 0;
-  resolve(p, &bytes);
+  if (fast) bytes = delta_rule_backward_fast_workspace_bytes(p);
+  else resolve(p, &bytes);
   require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
                    "must not be null: " + std::to_string(bytes) + " bytes are needed (delta_rule_backward_workspace_bytes)");
   // 2. Device pointers and alignment.
@@ -177,6 +185,7 @@ void run_stages(std::initializer_list<Stage> stages, const DeltaRuleBackwardPara
 
 std::size_t delta_rule_backward_workspace_bytes(const DeltaRuleBackwardParams& params) {
   require_sizes(params);
+  if (delta_rule_backward_uses_tensor_cores(params)) return delta_rule_backward_fast_workspace_bytes(params);
   std::size_t bytes = 0;
   resolve(params, &bytes);
   return bytes;
@@ -185,6 +194,10 @@ std::size_t delta_rule_backward_workspace_bytes(const DeltaRuleBackwardParams& p
 void validate(const DeltaRuleBackwardParams& params) { validate_for(params, Run::backward); }
 
 void delta_rule_backward(const DeltaRuleBackwardParams& params) {
+  if (delta_rule_backward_uses_tensor_cores(params)) {
+    validate_for(params, Run::backward);
+    return delta_rule_backward_fast(params);
+  }
   run_stages({Stage::prepare, Stage::state_scan, Stage::gradient_scan, Stage::chunk_gradients}, params, Run::backward);
 }
 void delta_rule_backward_prepare(const DeltaRuleBackwardParams& params) { run_stages({Stage::prepare}, params, Run::backward); }

@@ -105,19 +105,6 @@ void validate(const ForwardParams& p);
 void validate(const BackwardParams& p);
 void validate(const DecodeParams& p);
 
-// Planted bugs (DESIGN.md, numerical policy 5): the GPU suite proves it can fail by running its
-// properties on kernels broken on purpose. Process-wide and host-side: taken by later launches.
-// Never set outside tests.
-enum class PlantedBug {
-  none,
-  strict_causal_mask,        // scores keep j < i only: the diagonal token is dropped
-  dropped_partial_chunk,     // the last chunk is skipped when L % C != 0
-  lost_initial_state,        // S_0 (and, in the backward, dS_L) read as zero
-  single_bf16_operands,      // tensor-core pass feeds S and P as one bf16 each (no lo part)
-  decode_reads_stale_state,  // decode outputs S_{t-1} q_t instead of S_t q_t
-};
-void plant_bug(PlantedBug bug);
-
 void forward(const ForwardParams& p, cudaStream_t stream = nullptr);
 void backward(const BackwardParams& p, cudaStream_t stream = nullptr);
 void decode(const DecodeParams& p, cudaStream_t stream = nullptr);

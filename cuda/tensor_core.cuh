@@ -1,6 +1,9 @@
 // Device-only wrappers for the raw tensor-core path shared by the kernels: ldmatrix,
 // mma.sync m16n8k16 with fp32 accumulation, 16-bit pairs (with the hi + lo split that carries
-// an fp32 operand to about 16 bits) and cp.async. Include from .cu files only.
+// an fp32 operand to about 16 bits) and cp.async. Include from .cu files only, or from the CPU
+// emulation (property_tests/support/cuda_emulation.hpp) with DELTAPROOF_CUDA_EMULATION defined:
+// then each inline-asm body below is replaced by a call into the emulated warp; nothing else
+// changes, and nvcc never sees the macro.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,18 +11,43 @@
 
 #include <type_traits>
 
+#ifdef DELTAPROOF_CUDA_EMULATION
+namespace deltaproof::emulation {  // defined in property_tests/support/cuda_emulation.cpp
+unsigned shared_address(const void* p);
+void ldmatrix_x4(unsigned (&r)[4], unsigned address, bool transposed);
+void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, bool bf16);
+void copy_async_16(unsigned address, const void* src, bool valid);
+void copy_async_commit();
+void copy_async_wait(int pending);  // pending < 0: wait_all
+}  // namespace deltaproof::emulation
+#endif
+
 namespace deltaproof::cuda::tensor_core {
 
-__device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  return ::deltaproof::emulation::shared_address(p);
+#else
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+#endif
+}
 
 // Four 8×8 b16 matrices from shared memory; lane l supplies the row address of matrix l/8.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::ldmatrix_x4(r, address, false);
+#else
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+#endif
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned address) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::ldmatrix_x4(r, address, true);
+#else
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+#endif
 }
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) { ldmatrix_x4(r, smem_address(row)); }
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) { ldmatrix_x4_trans(r, smem_address(row)); }
@@ -28,6 +56,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
 // volatile), so the compiler may schedule it between the shared-memory loads.
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::mma_16816(d, a, b0, b1, std::is_same_v<T, __nv_bfloat16>);
+#else
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -36,6 +67,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 // Two floats rounded to nearest even in T, x0 in the low half (the element with the lower index).
@@ -70,12 +102,34 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
 
 // 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
 __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::copy_async_16(smem_address(dst), src, valid);
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+#endif
 }
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void copy_async_commit() {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::copy_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 // Wait until at most `pending` of this thread's committed copy groups are still in flight.
 template <int pending>
-__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(pending)); }
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void copy_async_wait() {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::copy_async_wait(pending);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+#endif
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+#ifdef DELTAPROOF_CUDA_EMULATION
+  ::deltaproof::emulation::copy_async_wait(-1);
+#else
+  asm volatile("cp.async.wait_all;\n" ::);
+#endif
+}
 
 }  // namespace deltaproof::cuda::tensor_core

@@ -77,6 +77,24 @@ rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
   });
 }
 
+// Cases the tensor-core backward takes (bf16, DK and DV multiples of 8 up to 128): shapes first.
+rc::Gen<DeltaCase> gen_tensor_core_case(bool gated, Index max_length) {
+  return rc::gen::exec([=] {
+    DeltaCase c;
+    c.gated = gated;
+    c.chunk = *rc::gen::elementOf(kernel_chunk_sizes());
+    c.length = *rc::gen::oneOf(rc::gen::elementOf(boundary_and_partial_lengths(c.chunk)), rc::gen::inRange<Index>(1, max_length + 1));
+    c.key_dim = 8 * *rc::gen::inRange<Index>(1, 17);
+    c.value_dim = 8 * *rc::gen::inRange<Index>(1, 17);
+    c.batch = *rc::gen::inRange<Index>(1, 3);
+    c.heads = *rc::gen::inRange<Index>(1, 3);
+    c.dtype = DType::bf16;
+    c.with_initial_state = *rc::gen::arbitrary<bool>();
+    c.seed = *rc::gen::arbitrary<std::uint64_t>();
+    return c;
+  });
+}
+
 
 // ---------------------------------------------------------------------------------------
 // Planted bugs: each mutant is what the kernel would have written with the named bug; the stage
@@ -300,9 +318,9 @@ TEST(DeltaRuleBackwardChecks, WorkspaceHoldsOnlyWhatIsNotGiven) {
 // On the device: stages against the oracle.
 
 // Every backward stage of drawn cases (length up to max_length, head dims up to max_dim) within bound.
-bool backward_stages_hold(const std::string& name, int cases, bool gated, int max_length, int max_dim) {
+bool backward_stages_hold(const std::string& name, int cases, const rc::Gen<DeltaCase>& cases_drawn) {
   return check_cases(name, cases, [=](void) {
-    const DeltaCase c = *gen_case(gated, max_length, max_dim);
+    const DeltaCase c = *cases_drawn;
     const bool with_final_gradient = *rc::gen::arbitrary<bool>();
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, with_final_gradient);
@@ -314,12 +332,23 @@ bool backward_stages_hold(const std::string& name, int cases, bool gated, int ma
 
 TEST(DeltaRuleBackwardGpu, StagesMatchOracleDeltaNet) {
   DELTAPROOF_REQUIRE_GPU();
-  EXPECT_TRUE(backward_stages_hold("DeltaNet backward stages vs the exact oracle", 12, false, 100, 32));
+  EXPECT_TRUE(backward_stages_hold("DeltaNet backward stages vs the exact oracle", 12, gen_case(false, 100, 32)));
 }
 
 TEST(DeltaRuleBackwardGpu, StagesMatchOracleGatedDeltaNet) {
   DELTAPROOF_REQUIRE_GPU();
-  EXPECT_TRUE(backward_stages_hold("Gated DeltaNet backward stages vs the 100-digit oracle", 10, true, 80, 32));
+  EXPECT_TRUE(backward_stages_hold("Gated DeltaNet backward stages vs the 100-digit oracle", 10, gen_case(true, 80, 32)));
+}
+
+// The tensor-core path (bf16, head dims multiples of 8 up to 128) over drawn shapes.
+TEST(DeltaRuleBackwardGpu, StagesMatchOracleTensorCoreDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(backward_stages_hold("tensor-core DeltaNet backward stages vs the exact oracle", 8, gen_tensor_core_case(false, 200)));
+}
+
+TEST(DeltaRuleBackwardGpu, StagesMatchOracleTensorCoreGatedDeltaNet) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(backward_stages_hold("tensor-core Gated DeltaNet backward stages vs the 100-digit oracle", 6, gen_tensor_core_case(true, 150)));
 }
 
 // Prints the worst err/bound per stage for one mid-sized case of each dtype (calibration).
@@ -375,23 +404,23 @@ TEST(DeltaRuleBackwardGpu, RegimeChunk64ShortSequences) {  // C = 64 on Hopper w
       }
 }
 
-TEST(DeltaRuleBackwardGpu, RegimePartialLastChunk) {  // L % C != 0 for every C
+TEST(DeltaRuleBackwardGpu, RegimePartialLastChunk) {  // L % C != 0 for every C; both paths (DK = 20: fp32 FMA, 24: tensor cores)
   DELTAPROOF_REQUIRE_GPU();
   for (Index C : {16, 32, 64})
     for (Index L : {C + 1, 2 * C - 1, 3 * C + 7})
       for (bool gated : {false, true}) {
         DeltaCase c;
-        c.gated = gated, c.length = L, c.chunk = C, c.key_dim = 20, c.value_dim = 36, c.with_initial_state = L % 2 == 1;
+        c.gated = gated, c.length = L, c.chunk = C, c.key_dim = gated ? 20 : 24, c.value_dim = 40, c.with_initial_state = L % 2 == 1;
         c.seed = 200 + L;
         const auto rep = backward_stages_for(c);
         EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
       }
 }
 
-TEST(DeltaRuleBackwardGpu, RegimeHeadDims) {  // 1, 15, 100, 256 (shared-memory and lane-loop limits)
+TEST(DeltaRuleBackwardGpu, RegimeHeadDims) {  // 1, 15, 100, 256 (shared-memory and lane-loop limits); 8, 120, 128 (tensor cores)
   DELTAPROOF_REQUIRE_GPU();
   for (DType d : {DType::bf16, DType::f64})
-    for (auto [dk, dv] : {std::pair<Index, Index>{1, 1}, {15, 100}, {100, 15}, {256, 256}}) {
+    for (auto [dk, dv] : {std::pair<Index, Index>{1, 1}, {15, 100}, {100, 15}, {256, 256}, {128, 128}, {8, 120}}) {
       DeltaCase c;
       c.gated = dk == 100, c.dtype = d, c.length = 70, c.chunk = 64, c.key_dim = dk, c.value_dim = dv, c.seed = 300 + dk;
       c.with_initial_state = true;

@@ -8,6 +8,7 @@
 // verify::Comparison rows: a property fails when any row (one tensor of one head) is outside its
 // bound, and prints the case, then each such row's worst index, error, bound, max and RMS error.
 #include "cuda/linear_attention.h"
+#include "cuda/testing/linear_attention_planted.h"
 #include "property_tests/support/gpu.hpp"
 #include "reference/error_report.hpp"
 #include "reference/linear_attention.hpp"
@@ -86,9 +87,15 @@ std::string failures(const CudaShape& s, const std::function<std::vector<Compari
   }
 }
 
-std::string forward_failures(const CudaCase& c) { return failures(c.shape, [&] { return check_forward(c); }); }
-std::string backward_failures(const CudaCase& c) { return failures(c.shape, [&] { return check_backward(c); }); }
-std::string decode_failures(const CudaCase& c) { return failures(c.shape, [&] { return check_decode(c); }); }
+std::string forward_failures(const CudaCase& c, const Kernels& kernels = {}) {
+  return failures(c.shape, [&] { return check_forward(c, true, kernels); });
+}
+std::string backward_failures(const CudaCase& c, const Kernels& kernels = {}) {
+  return failures(c.shape, [&] { return check_backward(c, kernels); });
+}
+std::string decode_failures(const CudaCase& c, const Kernels& kernels = {}) {
+  return failures(c.shape, [&] { return check_decode(c, kernels); });
+}
 std::string chunk_size_failures(const CudaCase& c) { return failures(c.shape, [&] { return check_chunk_sizes_agree(c); }); }
 std::string prefill_failures(const CudaCase& c, Index prefill) {
   return failures(c.shape, [&] { return check_decode_after_prefill(c, prefill); });
@@ -96,11 +103,11 @@ std::string prefill_failures(const CudaCase& c, Index prefill) {
 
 // The fp64 kernels' central difference against their backward along a direction drawn from
 // `direction_seed` (every input moves; verify's check_directional_derivative).
-std::string directional_failure(const CudaCase& c, std::uint64_t direction_seed) {
+std::string directional_failure(const CudaCase& c, std::uint64_t direction_seed, const Kernels& kernels = {}) {
   CudaShape s = c.shape;
   s.dtype = DType::f64;
   try {
-    const DirectionalCheck d = check_directional_derivative(c, make_case(s, direction_seed).inputs);
+    const DirectionalCheck d = check_directional_derivative(c, make_case(s, direction_seed).inputs, "directional derivative", kernels);
     if (d.row.agrees()) return {};
     std::ostringstream os;
     os << describe(s) << ": central difference " << d.central_difference << " vs backward " << d.backward << ", gap "
@@ -377,16 +384,18 @@ TEST(LinearAttentionGpuArguments, RejectsHostAndMisalignedPointersAndTouchesNoth
 }
 
 // ---------------------------------------------------------------------------------------
-// Planted bugs: each property above must fail on a kernel broken on purpose.
+// Planted bugs: each property above must fail on a kernel broken on purpose (the test-only
+// target's mutants, cuda/testing/linear_attention_planted.h).
 
-struct PlantedBugScope {
-  explicit PlantedBugScope(kla::PlantedBug bug) { kla::plant_bug(bug); }
-  ~PlantedBugScope() { kla::plant_bug(kla::PlantedBug::none); }
-};
+Kernels with_bug(kla::testing::PlantedBug bug) {
+  return {[bug](const kla::ForwardParams& p) { kla::testing::forward(bug, p); },
+          [bug](const kla::BackwardParams& p) { kla::testing::backward(bug, p); },
+          [bug](const kla::DecodeParams& p) { kla::testing::decode(bug, p); }};
+}
 
 TEST(LinearAttentionGpuPlantedBugs, EachBugIsCaught) {
   DELTAPROOF_REQUIRE_GPU();
-  using Bug = kla::PlantedBug;
+  using Bug = kla::testing::PlantedBug;
   const CudaCase tc = make_case({1, 2, 77, 64, 64, 32, true, DType::bf16}, 11);      // tensor-core pass
   const CudaCase generic = make_case({1, 2, 77, 20, 12, 32, true, DType::f32}, 12);  // CUDA-core pass
   const CudaCase fp64 = make_case({1, 1, 37, 6, 5, 16, true, DType::f64}, 13);
@@ -398,40 +407,37 @@ TEST(LinearAttentionGpuPlantedBugs, EachBugIsCaught) {
   }
   ASSERT_EQ(directional_failure(fp64, 5), "");
   {
-    PlantedBugScope bug(Bug::strict_causal_mask);
+    const Kernels bug = with_bug(Bug::strict_causal_mask);
     for (const CudaCase* c : {&tc, &generic}) {
-      EXPECT_NE(forward_failures(*c), "") << c->shape;
-      EXPECT_NE(backward_failures(*c), "") << c->shape;
+      EXPECT_NE(forward_failures(*c, bug), "") << c->shape;
+      EXPECT_NE(backward_failures(*c, bug), "") << c->shape;
     }
   }
   {
-    PlantedBugScope bug(Bug::dropped_partial_chunk);
-    for (const CudaCase* c : {&tc, &generic}) EXPECT_NE(forward_failures(*c), "") << c->shape;
+    const Kernels bug = with_bug(Bug::dropped_partial_chunk);
+    for (const CudaCase* c : {&tc, &generic}) EXPECT_NE(forward_failures(*c, bug), "") << c->shape;
   }
   {
-    PlantedBugScope bug(Bug::lost_initial_state);
+    const Kernels bug = with_bug(Bug::lost_initial_state);
     for (const CudaCase* c : {&tc, &generic}) {
-      EXPECT_NE(forward_failures(*c), "") << c->shape;
-      EXPECT_NE(backward_failures(*c), "") << c->shape;
-      EXPECT_NE(decode_failures(*c), "") << c->shape;
+      EXPECT_NE(forward_failures(*c, bug), "") << c->shape;
+      EXPECT_NE(backward_failures(*c, bug), "") << c->shape;
+      EXPECT_NE(decode_failures(*c, bug), "") << c->shape;
     }
-  }
-  {
-    // Rounding S and P to bf16 once is a precision bug, not a logic bug: the bound must see it.
-    PlantedBugScope bug(Bug::single_bf16_operands);
-    EXPECT_NE(forward_failures(tc), "");
-    EXPECT_NE(backward_failures(tc), "");
-  }
-  {
-    PlantedBugScope bug(Bug::decode_reads_stale_state);
-    for (const CudaCase* c : {&tc, &generic}) EXPECT_NE(decode_failures(*c), "") << c->shape;
-  }
-  {
     // The central-difference check sees a backward that disagrees with the kernel's own forward:
     // with this bug the forward drops S_0 but its S_L still depends on k and v, while the backward
     // also drops dS_L, so the dS_L terms of dK and dV are missing.
-    PlantedBugScope bug(Bug::lost_initial_state);
-    EXPECT_NE(directional_failure(fp64, 5), "");
+    EXPECT_NE(directional_failure(fp64, 5, bug), "");
+  }
+  {
+    // Rounding S and P to bf16 once is a precision bug, not a logic bug: the bound must see it.
+    const Kernels bug = with_bug(Bug::single_bf16_operands);
+    EXPECT_NE(forward_failures(tc, bug), "");
+    EXPECT_NE(backward_failures(tc, bug), "");
+  }
+  {
+    const Kernels bug = with_bug(Bug::decode_reads_stale_state);
+    for (const CudaCase* c : {&tc, &generic}) EXPECT_NE(decode_failures(*c, bug), "") << c->shape;
   }
 }
 

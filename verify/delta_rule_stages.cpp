@@ -73,8 +73,6 @@ ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
   f.final_state = dt::allocate(DType::f32, B, H, c.value_dim, c.key_dim);
   f.w = dt::allocate(c.dtype, B, H, L, c.key_dim);
   f.u = dt::allocate(c.dtype, B, H, L, c.value_dim);
-  f.state_operands = dt::allocate(c.dtype, B, H, N * c.value_dim, c.key_dim);
-  f.v_new_operands = dt::allocate(c.dtype, B, H, L, c.value_dim);
   if (intermediates) {
     f.v_new = dt::allocate(DType::f32, B, H, L, c.value_dim);
     f.a = dt::allocate(DType::f32, B, H, N * c.chunk, c.chunk);
@@ -94,7 +92,6 @@ cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInpu
   p.initial_state = c.with_initial_state ? static_cast<const float*>(d.initial_state.device.data()) : nullptr;
   p.output = f.output.data(), p.final_state = static_cast<float*>(f.final_state.data());
   p.w = f.w.data(), p.u = f.u.data();
-  p.state_operands = f.state_operands.data(), p.v_new_operands = f.v_new_operands.data();
   p.wy_system = static_cast<float*>(f.a.data());
   p.wy_inverse = static_cast<float*>(f.t.data());
   p.v_new = static_cast<float*>(f.v_new.data());
@@ -166,18 +163,25 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
 }
 
 // One head, every chunk: A, T (whole, each 16×16 diagonal block, each merged block), W, U, V̄,
-// S_[c+1] (boundary or final), O. S is Exact for DeltaNet and High for Gated DeltaNet.
+// S_[c+1] (boundary, or final when the result has it), O (when it has it). S is Exact for DeltaNet and
+// High for Gated DeltaNet.
 template <class S>
 static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h,
-                              std::vector<Comparison>& rep) {
+                              ScanArithmetic arithmetic, std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
+  // The state pass stores W and U as hi + lo (x = hi + lo to u² |x|, η below the normal range) and feeds
+  // W, U, S and the update's V̄ to the tensor cores as such pairs: every u_op of those steps becomes u_op².
+  const bool pairs = arithmetic == ScanArithmetic::state_pass;
+  const double u_pair = un.op * un.op;
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
   const Vector<S> beta = to<S>(in.beta.head(b, h)).col(0);
   const Vector<High> g = ref::matrix_cast<High>(in.log_gate.head(b, h)).col(0);
   const Matrix<S> a_all = to<S>(r.a.head(b, h)), t_all = to<S>(r.t.head(b, h)), w_all = to<S>(r.w.head(b, h));
-  const Matrix<S> u_all = to<S>(r.u.head(b, h)), vnew_all = to<S>(r.v_new.head(b, h)), o_all = to<S>(r.output.head(b, h));
-  const Matrix<S> boundary = to<S>(r.boundary.head(b, h)), final_state = to<S>(r.final_state.head(b, h));
+  const Matrix<S> u_all = to<S>(r.u.head(b, h)), vnew_all = to<S>(r.v_new.head(b, h));
+  const bool has_output = !r.output.data.empty(), has_final = !r.final_state.data.empty();
+  const Matrix<S> o_all = has_output ? to<S>(r.output.head(b, h)) : Matrix<S>();
+  const Matrix<S> boundary = to<S>(r.boundary.head(b, h)), final_state = has_final ? to<S>(r.final_state.head(b, h)) : Matrix<S>();
   const Matrix<S> s0 = c.with_initial_state ? to<S>(in.initial_state.head(b, h)) : Matrix<S>::Zero(DV, DK);
 
   // One row per stage of this (batch, head, chunk), decided in S.
@@ -254,36 +258,43 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> w_mag = t_abs * dr::scale_rows<S>(Vector<S>(bc.cwiseProduct(gamma)), k_abs);
     const Matrix<S> u_mag = t_abs * dr::scale_rows<S>(bc, Matrix<S>(vc.cwiseAbs()));
     const Matrix<S> ones_c = Matrix<S>::Ones(n, n);
+    const double u_store = pairs ? u_pair : un.out;
     auto stored = [&](const Matrix<S>& ref_value, const Matrix<S>& mag, double r, const Matrix<S>& operand_abs) {
-      return Matrix<S>(scalar_times(un.out, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + un.out) * r, mag) +
+      return Matrix<S>(scalar_times(u_store, Matrix<S>(ref_value.cwiseAbs())) + scalar_times((1 + u_store) * r, mag) +
                        scalar_times(2 * un.eta, Matrix<S>(ones_c * operand_abs)) +
                        Matrix<S>::Constant(mag.rows(), mag.cols(), S(un.eta)) + floor_of(mag));
     };
     add("W", cc, Matrix<S>(w_all.middleRows(ch.begin, n)), wy.w, stored(wy.w, w_mag, r_w, k_abs));
     add("U", cc, Matrix<S>(u_all.middleRows(ch.begin, n)), wy.u, stored(wy.u, u_mag, r_u, Matrix<S>(vc.cwiseAbs())));
 
-    // V̄ = Û − Ŵ Ŝᵀ with Ŝ = the kernel's S_[c]; S rounded to an operand, DK + 1 accumulations.
+    // V̄ = Û − Ŵ Ŝᵀ with Ŝ = the kernel's S_[c]; S rounded to an operand, DK + 1 accumulations. State
+    // pass: S as hi + lo (u²) and the dropped W_lo S_lo term (≤ u² |W||S|), both subnormal parts η.
     const Matrix<S> w_hat = w_all.middleRows(ch.begin, n), u_hat = u_all.middleRows(ch.begin, n);
     const Matrix<S> s_hat = boundary.middleRows(cc * DV, DV);
     const Matrix<S> vnew_hat = vnew_all.middleRows(ch.begin, n);
     const Matrix<S> vnew_ref = u_hat - w_hat * s_hat.transpose();
     const Matrix<S> vnew_mag = u_hat.cwiseAbs() + w_hat.cwiseAbs() * s_hat.cwiseAbs().transpose();
     const Matrix<S> vnew_eta = w_hat.cwiseAbs() * Matrix<S>::Ones(DK, DV);
+    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : rho(DK + 1, 1, un.op);
     add("Vbar", cc, vnew_hat, vnew_ref,
-        Matrix<S>(scalar_times(rho(DK + 1, 1, un.op), vnew_mag) + scalar_times(un.eta, vnew_eta) + floor_of(vnew_mag)));
+        Matrix<S>(scalar_times(r_vnew, vnew_mag) + scalar_times((pairs ? 2 : 1) * un.eta, vnew_eta) + floor_of(vnew_mag)));
 
-    // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand, C + 1 accumulations.
+    // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand (state pass: hi + lo), C + 1
+    // accumulations.
+    if (cc + 1 == N && !has_final) continue;
     const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
     const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
     const Matrix<S> s_next_bound =
         scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
-        scalar_times(rho(C + 3, 1, un.op, eps_d), Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
+        scalar_times(pairs ? rho(C + 3, 0, 0, u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
+                     Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
         scalar_times(un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
     add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
     // stored in the dtype (relative u_out, and η below its normal range, as W and U).
+    if (!has_output) continue;
     const Matrix<S> scores = (qc * kc.transpose()).cwiseProduct(d);
     const Matrix<S> o_ref = dr::scale_rows<S>(gamma, Matrix<S>(qc * s_hat.transpose())) + scores * vnew_hat;
     const Matrix<S> o_mag1 = dr::scale_rows<S>(gamma, Matrix<S>(q_abs * s_hat.cwiseAbs().transpose()));
@@ -299,11 +310,11 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   }
 }
 
-std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r) {
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, ScanArithmetic arithmetic) {
   std::vector<Comparison> rep;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.heads; ++h) {
-      check_head_stages<High>(c, in, r, b, h, rep);
+      check_head_stages<High>(c, in, r, b, h, arithmetic, rep);
     }
   return rep;
 }

@@ -73,7 +73,6 @@ struct ForwardResult {
 
 struct ForwardBuffers {
   DeviceTensor output, final_state, w, u, v_new, a, t, boundary;
-  DeviceTensor state_operands, v_new_operands;  // workspace of scan version 3
 };
 
 struct Units {
@@ -111,7 +110,12 @@ Units units_of(DType d);
 // Every stage of every head and chunk against the oracle within its bound: one row per
 // (stage, batch, head, chunk), the stage name in `tensor` ("A", "T", "T16.0", "W", "U", "Vbar",
 // "S_0", "S_next", "final_state", "O"); the worst entry's (row, column) within the chunk's block.
-std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
+// `arithmetic`: the forward's register (or fallback) scan, or the state pass of the tensor-core backward,
+// which stores W and U as hi + lo pairs and feeds W, U, S and the update's V̄ as pairs (no output, and the
+// final state only when asked: rows the result lacks are left out).
+enum class ScanArithmetic { register_scan, state_pass };
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r,
+                                     ScanArithmetic arithmetic = ScanArithmetic::register_scan);
 // The exact (ℚ; 100-digit for gated) oracle's intermediates laid out as the kernel writes them.
 ForwardResult oracle_as_kernel(const DeltaCase& c, const HostInputs& in);
 

@@ -81,7 +81,7 @@ DeviceInputs upload_case(const CudaCase& c) {
   return in;
 }
 
-KernelForward run_forward(const CudaShape& s, const DeviceInputs& in, Index chunk_size, bool with_boundary) {
+KernelForward run_forward(const CudaShape& s, const DeviceInputs& in, Index chunk_size, bool with_boundary, const Kernels& kernels) {
   const Index N = (s.length + chunk_size - 1) / chunk_size;
   DeviceTensor out = allocate(s.dtype, s.batch, s.heads, s.length, s.value_dim);
   DeviceTensor final_state = allocate(state_dtype(s), s.batch, s.heads, s.value_dim, s.key_dim);
@@ -95,13 +95,13 @@ KernelForward run_forward(const CudaShape& s, const DeviceInputs& in, Index chun
   p.final_state = final_state.data();
   p.boundary_states = with_boundary ? boundary.data() : nullptr;
   kla::set_contiguous_strides(p);
-  kla::forward(p);
+  kernels.forward(p);
   KernelForward r{download(out), download(final_state), {}};
   if (with_boundary) r.boundary_states = download(boundary);
   return r;
 }
 
-la::BatchGradients<Exact> run_backward(const CudaShape& s, const DeviceInputs& in) {
+la::BatchGradients<Exact> run_backward(const CudaShape& s, const DeviceInputs& in, const Kernels& kernels) {
   DeviceTensor dq = allocate(s.dtype, s.batch, s.heads, s.length, s.key_dim);
   DeviceTensor dk = allocate(s.dtype, s.batch, s.heads, s.length, s.key_dim);
   DeviceTensor dv = allocate(s.dtype, s.batch, s.heads, s.length, s.value_dim);
@@ -116,12 +116,12 @@ la::BatchGradients<Exact> run_backward(const CudaShape& s, const DeviceInputs& i
   p.d_final_state = in.d_final_state ? in.d_final_state->device.data() : nullptr;
   p.d_initial_state = ds0.data();
   kla::set_contiguous_strides(p);
-  kla::backward(p);
+  kernels.backward(p);
   return {download(dq), download(dk), download(dv), download(ds0)};
 }
 
 Tensor4<Exact> run_decode(DType dtype, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
-                          const void* initial_state, DeviceTensor& state) {
+                          const void* initial_state, DeviceTensor& state, const Kernels& kernels) {
   DeviceTensor out = allocate(dtype, q.batch, q.heads, q.rows, v.cols);
   kla::DecodeParams p;
   p.dtype = dtype;
@@ -130,7 +130,7 @@ Tensor4<Exact> run_decode(DType dtype, const DeviceTensor& q, const DeviceTensor
   p.initial_state = initial_state;
   p.final_state = state.data();
   kla::set_contiguous_strides(p);
-  kla::decode(p);
+  kernels.decode(p);
   return download(out);
 }
 
@@ -145,10 +145,10 @@ Matrix<Exact> bound_of(const Matrix<Exact>& magnitude, const Matrix<Exact>& exac
   return kernel_bound(magnitude, exact, p) * Exact(copies);
 }
 
-std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary) {
+std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary, const Kernels& kernels) {
   const CudaShape& s = c.shape;
   const DeviceInputs in = upload_case(c);
-  const KernelForward k = run_forward(s, in, s.chunk_size, with_boundary);
+  const KernelForward k = run_forward(s, in, s.chunk_size, with_boundary, kernels);
   const KernelPrecision out_p = precision_of(s, false), state_p = precision_of(s, true);
   std::vector<Comparison> rows;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
@@ -168,10 +168,10 @@ std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary) {
   return rows;
 }
 
-std::vector<Comparison> check_backward(const CudaCase& c) {
+std::vector<Comparison> check_backward(const CudaCase& c, const Kernels& kernels) {
   const CudaShape& s = c.shape;
   const DeviceInputs in = upload_case(c);
-  const auto g = run_backward(s, in);
+  const auto g = run_backward(s, in, kernels);
   const KernelPrecision p = precision_of(s, false), state_p = precision_of(s, true);
   std::vector<Comparison> rows;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
@@ -218,12 +218,12 @@ std::vector<Comparison> check_chunk_sizes_agree(const CudaCase& c) {
   return rows;
 }
 
-std::vector<Comparison> check_decode(const CudaCase& c) {
+std::vector<Comparison> check_decode(const CudaCase& c, const Kernels& kernels) {
   const CudaShape& s = c.shape;
   const DeviceInputs in = upload_case(c);
   DeviceTensor state = allocate(state_dtype(s), s.batch, s.heads, s.value_dim, s.key_dim);
   const auto out = run_decode(s.dtype, in.q.device, in.k.device, in.v.device,
-                              in.initial_state ? in.initial_state->device.data() : nullptr, state);
+                              in.initial_state ? in.initial_state->device.data() : nullptr, state, kernels);
   const auto final_state = download(state);
   const KernelPrecision out_p = precision_of(s, false, s.length, 1), state_p = precision_of(s, true, s.length, 1);
   std::vector<Comparison> rows;
@@ -284,7 +284,8 @@ std::vector<Comparison> check_decode_after_prefill(const CudaCase& c, Index pref
   return rows;
 }
 
-DirectionalCheck check_directional_derivative(const CudaCase& c, const la::BatchInputs<Exact>& direction, const std::string& name) {
+DirectionalCheck check_directional_derivative(const CudaCase& c, const la::BatchInputs<Exact>& direction, const std::string& name,
+                                              const Kernels& kernels) {
   CudaShape s = c.shape;
   s.dtype = DType::f64;
   const Exact step = Exact(1) / 64;
@@ -303,7 +304,7 @@ DirectionalCheck check_directional_derivative(const CudaCase& c, const la::Batch
   // Kernel pairing at a point, its exact value, and its bound: Σ|cot|·bound.
   const auto pairing = [&](const CudaCase& x, Exact& kernel_value, Exact& exact_value, Exact& error_bound) {
     const DeviceInputs in = upload_case(x);  // fp64 holds every entry: no rounding
-    const KernelForward k = run_forward(s, in, s.chunk_size, false);
+    const KernelForward k = run_forward(s, in, s.chunk_size, false, kernels);
     kernel_value = exact_value = error_bound = 0;
     ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
       const auto head = in.exact.head(b, h);
@@ -330,7 +331,7 @@ DirectionalCheck check_directional_derivative(const CudaCase& c, const la::Batch
   CudaCase at = c;
   at.shape = s;
   const DeviceInputs in = upload_case(at);
-  const auto g = run_backward(s, in);
+  const auto g = run_backward(s, in, kernels);
   Exact kernel_derivative = 0, exact_derivative = 0, gradient_bound = 0;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
     const auto head = in.exact.head(b, h);

@@ -15,6 +15,7 @@
 #include "verify/linear_attention_kernel_bound.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -58,16 +59,31 @@ struct DeviceInputs {
 };
 DeviceInputs upload_case(const CudaCase& c);
 
+// The entry points a check runs: the product's by default; the planted-bug tests pass kernels broken
+// on purpose (cuda/testing/linear_attention_planted.h).
+struct Kernels {
+  std::function<void(const cuda::linear_attention::ForwardParams&)> forward = [](const auto& p) {
+    cuda::linear_attention::forward(p);
+  };
+  std::function<void(const cuda::linear_attention::BackwardParams&)> backward = [](const auto& p) {
+    cuda::linear_attention::backward(p);
+  };
+  std::function<void(const cuda::linear_attention::DecodeParams&)> decode = [](const auto& p) {
+    cuda::linear_attention::decode(p);
+  };
+};
+
 struct KernelForward {
   Tensor4<Exact> output, final_state, boundary_states;  // boundary: [B, H, N·DV, DK]
 };
 // The chunkwise forward at `chunk_size` (boundary states read back when asked).
-KernelForward run_forward(const CudaShape& s, const DeviceInputs& in, Index chunk_size, bool with_boundary = true);
+KernelForward run_forward(const CudaShape& s, const DeviceInputs& in, Index chunk_size, bool with_boundary = true,
+                          const Kernels& kernels = {});
 // The chunkwise backward for the case's cotangents: dq, dk, dv, dS_0.
-ref::linear_attention::BatchGradients<Exact> run_backward(const CudaShape& s, const DeviceInputs& in);
+ref::linear_attention::BatchGradients<Exact> run_backward(const CudaShape& s, const DeviceInputs& in, const Kernels& kernels = {});
 // Decode of the given tokens from a device state (null: S_0 = 0), written in place to `state`.
 Tensor4<Exact> run_decode(DType dtype, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
-                          const void* initial_state, DeviceTensor& state);
+                          const void* initial_state, DeviceTensor& state, const Kernels& kernels = {});
 
 // The bound's constants for this shape: outputs and gradients (is_state false, rounded once more to
 // a bf16/fp16 output) or states (kept in the accumulation type). depth_length / depth_chunk replace
@@ -78,14 +94,14 @@ Matrix<Exact> bound_of(const Matrix<Exact>& magnitude, const Matrix<Exact>& exac
 
 // Chunkwise forward vs the oracle: rows "output", "final state" per head, and (with_boundary)
 // "boundary state" per head and chunk c (S_[c]; the final-state magnitude bounds every S_[c]).
-std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary = true);
+std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary = true, const Kernels& kernels = {});
 // Chunkwise backward vs the oracle's on the same inputs: rows "dq", "dk", "dv", "dS_0" per head.
-std::vector<Comparison> check_backward(const CudaCase& c);
+std::vector<Comparison> check_backward(const CudaCase& c, const Kernels& kernels = {});
 // C = 16, 32, 64 agree with each other: |o_C − o_C'| <= bound_C + bound_C' (both within their bound
 // of the same exact value). Rows "output C=x vs C=y", "final state C=x vs C=y" per head.
 std::vector<Comparison> check_chunk_sizes_agree(const CudaCase& c);
 // Decode of all L tokens from S_0 (or zero) vs the token recurrence: "decode output", "decode final state".
-std::vector<Comparison> check_decode(const CudaCase& c);
+std::vector<Comparison> check_decode(const CudaCase& c, const Kernels& kernels = {});
 // Chunkwise prefill of the first `prefill` tokens, then decode of the rest in place on its state,
 // against one chunkwise pass over all L tokens, within twice the bound (the decode's chains continue
 // the prefill's and stay within depth m(L, C)).
@@ -102,6 +118,7 @@ struct DirectionalCheck {
   Comparison row;  // error = |central difference − backward|, bound = what the roundings allow
 };
 DirectionalCheck check_directional_derivative(const CudaCase& c, const ref::linear_attention::BatchInputs<Exact>& direction,
-                                              const std::string& name = "directional derivative");
+                                              const std::string& name = "directional derivative",
+                                              const Kernels& kernels = {});
 
 }  // namespace deltaproof::verify::linear_attention

@@ -1,0 +1,913 @@
+// The tensor-core DeltaNet / Gated DeltaNet backward (16-bit inputs, DK and DV ≤ 128 and multiples of 8):
+// the kernels of stages 3 and 4. Stages 1 and 2 are the forward's own kernels (delta_rule_forward_kernels.cuh)
+// run in their backward modes: the WY prepare writing T and W, U as hi + lo pairs, and the register scan's
+// StatePass writing S_[c] and V̄ in fp32 with every operand to ≈ 16 bits. cuda/delta_rule_backward_fast.cu
+// launches them; NOTES_delta.md has the design, the precision plan and its measured cost in accuracy.
+//
+//   3. gradient_scan_registers_kernel (one block per head and 64 value rows of G, chunks in reverse): the
+//      mirror of the register scan. G = dL/dS in fp32 registers; per chunk G' = G_[c+1] is published as
+//      hi + lo, dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as hi + lo), then
+//      G_[c] = γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W with dV̄, diag(γ) dO and W rounded once.
+//   4. chunk_gradients_kernel (one block per chunk and head, all chunks at once): the products with the
+//      states first, S_[c] and G' streamed through shared memory 32 value rows at a time as hi + lo:
+//      dq = diag(γ) dO S + E_o K, dW = −dV̄ S, V̄ G'; then the WY adjoint (dT, X = Tᵀ dT, E = −X Tᵀ
+//      strictly lower), dk, dv, dβ and, gated, the gate-sum gradients dG and dg.
+// Operands that are intermediates enter the tensor cores either as one rounding to the input dtype or
+// as a hi + lo pair (x = hi + lo + O(u²|x|)): which one, per product, is fixed by the precision plan
+// (NOTES_delta.md) and counted by verify/delta_rule_backward_stages.cpp's bounds for this path.
+#pragma once
+
+#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_forward_kernels.cuh"
+
+#ifndef DELTAPROOF_BACKWARD_FAST_KERNELS
+#define DELTAPROOF_BACKWARD_FAST_KERNELS backward_fast_kernels
+#endif
+
+namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS {
+
+using namespace DELTAPROOF_FORWARD_KERNELS;
+
+// The intermediates of the tensor-core backward (fp32 unless said), resolved to the caller's buffers
+// or to the workspace by the host.
+struct FastBuffers {
+  float* wy_inverse;       // [B, H, N, C, C] T = A⁻¹ (stage 1)
+  void* w;                 // [B, H, L, DK] dtype: W rounded (stage 1)
+  void* w_lo;              // [B, H, L, DK] dtype: W − w rounded (stage 1)
+  void* u;                 // [B, H, L, DV] dtype (stage 1)
+  void* u_lo;              // [B, H, L, DV] dtype (stage 1)
+  float* boundary_states;  // [B, H, N, DV, DK] S_[c] (stage 2)
+  float* v_new;            // [B, H, L, DV] V̄ (stage 2)
+  float* d_v_new;          // [B, H, L, DV] dV̄ (stage 3)
+  float* state_gradients;  // [B, H, N, DV, DK] G_[c+1] = dL/dS_[c+1] (stage 3)
+  // Written only when given (stage checks):
+  float* gate_sums;           // [B, H, L] G_i
+  float* d_w;                 // [B, H, L, DK] dW = −dV̄ S_[c]
+  float* wy_system_adjoint;   // [B, H, N, C, C] E = dL/dA
+  float* gate_sum_gradients;  // [B, H, L] dL/dG_i
+};
+
+constexpr int kFastThreads = 256;
+
+// The reverse scan's shared memory: G' as hi + lo, Q, K, W rows, the dO slice, dV̄ rounded.
+struct GradientScanLayout {
+  std::size_t g_hi, g_lo, queries, keys, w, d_out, d_v_new, gates, bytes;
+};
+__host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk) {
+  GradientScanLayout l{};
+  l.g_hi = 0;
+  l.g_lo = l.g_hi + kTcSlice * kTcLd * 2;
+  l.queries = l.g_lo + kTcSlice * kTcLd * 2;
+  l.keys = l.queries + chunk * kTcLd * 2;
+  l.w = l.keys + chunk * kTcLd * 2;
+  l.d_out = l.w + chunk * kTcLd * 2;
+  l.d_v_new = l.d_out + chunk * kTcVLd * 2;
+  l.gates = l.d_v_new + chunk * kTcVLd * 2;
+  l.bytes = l.gates + chunk * 4;
+  return l;
+}
+
+// Per chunk, last to first: (1) Q, K, W and the dO slice in (cp.async), G' = G_[c+1] published from the
+// registers as hi + lo and written in fp32; G_i; barrier. (2) Each output warp (16 rows, 16 or 32 value
+// columns): K G'ᵀ and Pᵀ (K Qᵀ ⊙ Γᵀ, j ≥ i) from one K fragment per k-step, then dV̄ = diag(λ) K G'ᵀ +
+// Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32 and rounded in place for the
+// update; barrier. (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
+template <class T, int C>
+__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+  constexpr int kRowBlocks = C / 16;
+  constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;
+  constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;
+  constexpr int kScoreTiles = C / 8;
+  constexpr int kStateTiles = kTcKeys / 2 / 8;
+  constexpr GradientScanLayout lay = gradient_scan_layout(C);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* g_hi = reinterpret_cast<T*>(smem + lay.g_hi);  // [64][kTcLd] G' rows (value) × key
+  T* g_lo = reinterpret_cast<T*>(smem + lay.g_lo);
+  T* q_s = reinterpret_cast<T*>(smem + lay.queries);  // [C][kTcLd]
+  T* k_s = reinterpret_cast<T*>(smem + lay.keys);
+  T* w_s = reinterpret_cast<T*>(smem + lay.w);
+  T* do_s = reinterpret_cast<T*>(smem + lay.d_out);       // [C][kTcVLd] dO, value columns v0..
+  T* dvb_s = reinterpret_cast<T*>(smem + lay.d_v_new);    // [C][kTcVLd] dV̄ rounded to T
+  float* gates = reinterpret_cast<float*>(smem + lay.gates);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int head = blockIdx.y, v0 = blockIdx.x * kTcSlice;
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
+  const int k_steps = (DK + 15) / 16;
+  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  const bool computes_output = warp < kRowBlocks * kColumnGroups;
+  const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
+  const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
+  const bool gated = p.log_gate != nullptr;
+  const float* log_gate = static_cast<const float*>(p.log_gate);
+  const T* q = static_cast<const T*>(p.q);
+  const T* k = static_cast<const T*>(p.k);
+  const T* w = static_cast<const T*>(b.w);
+  const T* d_out = static_cast<const T*>(p.d_output);
+  const std::size_t head_token0 = static_cast<std::size_t>(head) * L;
+
+  auto load_rows = [&](T* dst, const T* src, std::size_t token0, int size) {
+    for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
+      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
+      const bool valid = r < size && c < DK;
+      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * DK + c : src, valid);
+    }
+  };
+  auto load_slice = [&](T* dst, const T* src, std::size_t token0, int size) {
+    for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
+      const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
+      const bool valid = r < size && v0 + c < DV;
+      copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
+    }
+  };
+
+  // G rows state_rows + {g, g+8}, key columns state_key0 + 8n + 2t + {0, 1}: accumulator layout. G_[N] = dS_L.
+  const float* d_final = static_cast<const float*>(p.d_final_state);
+  float G[kStateTiles][4];
+#pragma unroll
+  for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      G[n][x] = (d_final && row < DV && col < DK) ? d_final[(static_cast<std::size_t>(head) * DV + row) * DK + col] : 0.0f;
+    }
+
+  for (int chunk = N - 1; chunk >= 0; --chunk) {
+    const int t0 = chunk * C, size = min(C, L - t0);
+    const std::size_t token0 = head_token0 + t0;
+
+    // (1) The chunk's rows in; G' out as hi + lo and in fp32; G_i.
+    load_rows(q_s, q, token0, size);
+    load_rows(k_s, k, token0, size);
+    load_rows(w_s, w, token0, size);
+    load_slice(do_s, d_out, token0, size);
+#pragma unroll
+    for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
+        unsigned hi, lo;
+        split_pair<T>(G[n][2 * half], G[n][2 * half + 1], hi, lo);
+        *reinterpret_cast<unsigned*>(g_hi + r * kTcLd + c) = hi;
+        *reinterpret_cast<unsigned*>(g_lo + r * kTcLd + c) = lo;
+        if (v0 + r < DV && c < DK) {
+          float* dst = b.state_gradients + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
+          dst[0] = G[n][2 * half];
+          if (c + 1 < DK) dst[1] = G[n][2 * half + 1];
+        }
+      }
+    if (gated && warp == 0) {
+      float lo = lane < size ? log_gate[token0 + lane] : 0.0f;
+      float hi = lane + 32 < size ? log_gate[token0 + lane + 32] : 0.0f;
+      chunk_prefix_sums(lo, hi, lane);
+      if (lane < C) gates[lane] = lo;
+      if (lane + 32 < C) gates[lane + 32] = hi;
+    }
+    copy_async_wait_all();
+    __syncthreads();
+
+    // (2) dV̄ for this warp's 16 rows and value columns.
+    if (computes_output) {
+      float D[kOutTiles][4];  // K G'ᵀ, then dV̄
+      float Pt[kScoreTiles][4];  // (K Qᵀ)_ij for the warp's rows i and every j
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) D[n][0] = D[n][1] = D[n][2] = D[n][3] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kScoreTiles; ++n) Pt[n][0] = Pt[n][1] = Pt[n][2] = Pt[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+        if (kk >= k_steps) break;
+        unsigned a[4];  // K rows i0.. (exact)
+        ldmatrix_x4(a, k_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          const T* row = g_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
+          unsigned bh[4], bl[4];  // G'ᵀ: G' stored [value][key], plain ldmatrix gives the col-major B
+          ldmatrix_x4(bh, row);
+          ldmatrix_x4(bl, row + (g_lo - g_hi));
+          mma_16816<T>(D[n], a, bh[0], bh[1]);
+          mma_16816<T>(D[n + 1], a, bh[2], bh[3]);
+          mma_16816<T>(D[n], a, bl[0], bl[1]);
+          mma_16816<T>(D[n + 1], a, bl[2], bl[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; n += 2) {
+          if (n / 2 < row_block) continue;  // below the diagonal block: masked anyway (j ≥ i only)
+          unsigned bq[4];  // Qᵀ: Q stored [token][key], plain ldmatrix gives the col-major B
+          ldmatrix_x4(bq, q_s + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_16816<T>(Pt[n], a, bq[0], bq[1]);
+          mma_16816<T>(Pt[n + 1], a, bq[2], bq[3]);
+        }
+      }
+      // dV̄ = diag(λ) K G'ᵀ + Pᵀ dO, Pᵀ_ij = (k_i·q_j) exp(G_j − G_i) for j ≥ i (a non-positive exponent), as
+      // hi + lo A operands. Without gates no expf at all (every decay is exactly 1: the same bits as g = 0).
+      unsigned P_hi[kScoreTiles][2], P_lo[kScoreTiles][2];
+      const float last = gated ? gates[size - 1] : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half;
+        const float gate_i = gated ? gates[i] : 0.0f;
+        if (gated) {
+          const float lambda = expf(last - gate_i);
+#pragma unroll
+          for (int n = 0; n < kOutTiles; ++n) D[n][2 * half] *= lambda, D[n][2 * half + 1] *= lambda;
+        }
+#pragma unroll
+        for (int n = 0; n < kScoreTiles; ++n) {
+          const int j = 8 * n + 2 * t;
+          float x0 = j >= i ? Pt[n][2 * half] : 0.0f, x1 = j + 1 >= i ? Pt[n][2 * half + 1] : 0.0f;
+          if (gated) {
+            if (j >= i) x0 *= expf(gates[j] - gate_i);
+            if (j + 1 >= i) x1 *= expf(gates[j + 1] - gate_i);
+          }
+          split_pair<T>(x0, x1, P_hi[n][half], P_lo[n][half]);
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kRowBlocks; ++jj) {
+        if (jj < row_block) continue;
+        const unsigned ah[4] = {P_hi[2 * jj][0], P_hi[2 * jj][1], P_hi[2 * jj + 1][0], P_hi[2 * jj + 1][1]};
+        const unsigned al[4] = {P_lo[2 * jj][0], P_lo[2 * jj][1], P_lo[2 * jj + 1][0], P_lo[2 * jj + 1][1]};
+#pragma unroll
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned bd[4];  // dO stored [token][value]: transposed ldmatrix gives the col-major B
+          ldmatrix_x4_trans(bd, do_s + (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcVLd + out_col0 + 8 * n + (lane >> 4) * 8);
+          mma_16816<T>(D[n], ah, bd[0], bd[1]);
+          mma_16816<T>(D[n + 1], ah, bd[2], bd[3]);
+          mma_16816<T>(D[n], al, bd[0], bd[1]);
+          mma_16816<T>(D[n + 1], al, bd[2], bd[3]);
+        }
+      }
+      // dV̄ in fp32 for stage 4; rounded once to T for the update (in its own buffer: dO is still read).
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = i0 + g + 8 * half;
+#pragma unroll
+        for (int n = 0; n < kOutTiles; ++n) {
+          const int c = out_col0 + 8 * n + 2 * t;
+          if (r < size && v0 + c < DV) {
+            float* dst = b.d_v_new + (token0 + r) * DV + v0 + c;
+            dst[0] = D[n][2 * half], dst[1] = D[n][2 * half + 1];
+          }
+          *reinterpret_cast<unsigned*>(dvb_s + r * kTcVLd + c) = pack_pair<T>(D[n][2 * half], D[n][2 * half + 1]);
+        }
+      }
+    }
+    __syncthreads();  // dV̄ published
+
+    // (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W. Gated: diag(γ) dO is formed in the A fragments (γ_j of
+    // each held token), rounded once to T.
+    if (gated) {
+      const float decay = expf(gates[size - 1]);
+#pragma unroll
+      for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) G[n][x] *= decay;
+    }
+#pragma unroll
+    for (int jj = 0; jj < kRowBlocks; ++jj) {
+      if (jj * 16 >= size) break;  // zero rows add nothing
+      const int at = (jj * 16 + (lane & 7) + (lane >> 4) * 8) * kTcVLd + state_rows + ((lane >> 3) & 1) * 8;
+      unsigned ad[4], av[4];  // dOᵀ and dV̄ᵀ rows = value: transposed ldmatrix
+      ldmatrix_x4_trans(ad, do_s + at);
+      ldmatrix_x4_trans(av, dvb_s + at);
+      if (gated) {  // A fragment registers hold tokens jj·16 + 2t + {0, 1} (regs 0, 1) and + 8 (regs 2, 3)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int j = jj * 16 + 2 * t + (x / 2) * 8;
+          const float2 v = unpack_pair<T>(ad[x]);
+          ad[x] = pack_pair<T>(v.x * expf(gates[j]), v.y * expf(gates[j + 1]));
+        }
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) av[x] ^= 0x80008000u;  // −dV̄: exact
+#pragma unroll
+      for (int n = 0; n < kStateTiles; n += 2) {
+        if (state_key0 + n * 8 >= k_steps * 16) break;
+        const int row = (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + state_key0 + 8 * n + (lane >> 4) * 8;
+        unsigned bq[4], bw[4];  // Q and W stored [token][key]: transposed ldmatrix gives the col-major B
+        ldmatrix_x4_trans(bq, q_s + row);
+        ldmatrix_x4_trans(bw, w_s + row);
+        mma_16816<T>(G[n], ad, bq[0], bq[1]);
+        mma_16816<T>(G[n + 1], ad, bq[2], bq[3]);
+        mma_16816<T>(G[n], av, bw[0], bw[1]);
+        mma_16816<T>(G[n + 1], av, bw[2], bw[3]);
+      }
+    }
+    __syncthreads();  // every buffer is rewritten by the next chunk
+  }
+  if (p.d_initial_state != nullptr) {
+    float* d_initial = static_cast<float*>(p.d_initial_state);
+#pragma unroll
+    for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+        if (row < DV && col < DK) d_initial[(static_cast<std::size_t>(head) * DV + row) * DK + col] = G[n][x];
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stage 4: the chunk gradients, one block of 8 warps per (chunk, head).
+
+// Fragments from shared memory (ldmatrix.x4): A is 16×16 (rows m0.., k0..); B covers k0..k0+15 × two n8
+// tiles n0.. (regs 0, 1 for n0, 2, 3 for n0 + 8).
+template <class T>
+__device__ __forceinline__ void a_rows(unsigned (&a)[4], const T* base, int pitch, int m0, int k0) {  // stored [m][k]
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(a, base + (m0 + lane % 16) * pitch + k0 + (lane / 16) * 8);
+}
+template <class T>
+__device__ __forceinline__ void a_columns(unsigned (&a)[4], const T* base, int pitch, int m0, int k0) {  // stored [k][m]
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4_trans(a, base + (k0 + (lane & 7) + (lane >> 4) * 8) * pitch + m0 + ((lane >> 3) & 1) * 8);
+}
+template <class T>
+__device__ __forceinline__ void b_rows(unsigned (&b)[4], const T* base, int pitch, int k0, int n0) {  // stored [n][k]
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(b, base + (n0 + (lane & 7) + ((lane >> 4) << 3)) * pitch + k0 + ((lane >> 3) & 1) * 8);
+}
+template <class T>
+__device__ __forceinline__ void b_columns(unsigned (&b)[4], const T* base, int pitch, int k0, int n0) {  // stored [k][n]
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4_trans(b, base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * pitch + n0 + (lane >> 4) * 8);
+}
+// d[n], d[n + 1] += a · b (two n8 tiles).
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const unsigned (&a)[4], const unsigned (&b)[4]) {
+  mma_16816<T>(d0, a, b[0], b[1]);
+  mma_16816<T>(d1, a, b[2], b[3]);
+}
+__device__ __forceinline__ void negate(unsigned (&a)[4]) {
+#pragma unroll
+  for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // flipping the sign bits is exact
+}
+
+constexpr int kStream = 32;  // value rows of S_[c] and G' per streamed tile
+
+struct ChunkGradientsLayout {
+  std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
+  std::size_t s_hi, s_lo, g_hi, g_lo;    // the streamed tiles; then βV and βγK (stage P3)
+  std::size_t t, e_out, d_t;             // C×C operands: T; E_o, later X; dT, later F
+  std::size_t scalars, partials, bytes;
+};
+__host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int chunk) {
+  ChunkGradientsLayout l{};
+  const std::size_t rows = static_cast<std::size_t>(chunk) * kTcLd * 2, tile = static_cast<std::size_t>(kStream) * kTcLd * 2;
+  const std::size_t square = static_cast<std::size_t>(chunk) * (chunk + 8) * 2;
+  l.queries = 0;
+  l.keys = l.queries + rows;
+  l.values = l.keys + rows;
+  l.d_out = l.values + rows;
+  l.v_new_hi = l.d_out + rows;
+  l.v_new_lo = l.v_new_hi + rows;
+  l.d_v_new_hi = l.v_new_lo + rows;
+  l.d_v_new_lo = l.d_v_new_hi + rows;
+  l.s_hi = l.d_v_new_lo + rows;
+  l.s_lo = l.s_hi + tile;
+  l.g_hi = l.s_lo + tile;
+  l.g_lo = l.g_hi + tile;
+  l.t = l.g_lo + tile;
+  l.e_out = l.t + square;
+  l.d_t = l.e_out + square;
+  l.scalars = l.d_t + square;                        // β, G, γ, λ: 4 × C floats
+  l.partials = l.scalars + 4 * chunk * 4;  // row partial sums (see the kernel), floats
+  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 kParts C = 512
+  return l;
+}
+
+// Per chunk (n = its length, rows past n are zero in every operand):
+//   P1  E_o = (dO V̄ᵀ) ⊙ D on and below the diagonal (V̄ as hi + lo), rounded once; gated: the row and column
+//       sums of Z_o = strictly_lower((dO V̄ᵀ) ⊙ P), P = Q Kᵀ ⊙ D.
+//   P2  S_[c] and G' streamed 32 value rows at a time as hi + lo: dO S, −dV̄ S (dV̄ hi + lo) and V̄ G' (V̄
+//       hi + lo) accumulate in registers; <G', S> per thread.
+//   P3  dq = diag(γ) dO S + E_o K; dW rounded once; dk ← diag(λ) V̄ G' + E_oᵀ Q; then
+//       dT = dV̄ (diag(β) V)ᵀ + dW (diag(βγ) K)ᵀ (βV, βγK rounded once), rounded once.
+//   P4  X = Tᵀ dT (T rounded once), rounded once; E = strictly_lower(−X Tᵀ); F = diag(β) (E ⊙ D) rounded
+//       once; with K Kᵀ: the row sums of E ⊙ D ⊙ K Kᵀ (dβ) and, gated, of Z_2 = (E ⊙ D) ⊙ diag(β) K Kᵀ.
+//   P5  Z_1 = Tᵀ dW; dk += diag(βγ) Z_1 + F K + Fᵀ K; dv = diag(β) Tᵀ dV̄ (dV̄ hi + lo);
+//       dβ = rowsum(Tᵀ dV̄ ⊙ V) + γ ⊙ rowsum(Z_1 ⊙ K) + rowsum(E ⊙ D ⊙ K Kᵀ).
+//   P6  gated: dG_r = (<dO_r, S q_r> + β_r <Z_1r, k_r>) γ_r + Σ_{i<r} Z_ri − Σ_{i>r} Z_ir − <(V̄G')_r, k_r> λ_r,
+//       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
+// Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
+template <class T, int C>
+__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+  constexpr int kRowBlocks = C / 16;
+  constexpr int kParts = 8 / kRowBlocks;             // warps sharing a row block in C × D products
+  constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
+  constexpr int kPitchC = C + 8;
+  constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
+  T *q_s = at(lay.queries), *k_s = at(lay.keys), *v_s = at(lay.values), *do_s = at(lay.d_out);
+  T *vb_hi = at(lay.v_new_hi), *vb_lo = at(lay.v_new_lo), *dvb_hi = at(lay.d_v_new_hi), *dvb_lo = at(lay.d_v_new_lo);
+  T *s_hi = at(lay.s_hi), *s_lo = at(lay.s_lo), *g_hi = at(lay.g_hi), *g_lo = at(lay.g_lo);
+  T *t_s = at(lay.t), *eo_s = at(lay.e_out), *dt_s = at(lay.d_t);
+  T* dw_s = vb_hi;                  // dW rounded, once V̄ is no longer read (P3 on)
+  T *bv_s = s_hi, *bgk_s = g_hi;    // βV and βγK over the dead stream tiles (P3): [C][kTcLd] each
+  T* x_s = eo_s;                    // X over E_o (P4)
+  T* f_s = dt_s;                    // F over dT (P4)
+  float* beta = reinterpret_cast<float*>(smem + lay.scalars);
+  float* gsum = beta + C;
+  float* gamma = gsum + C;
+  float* lambda = gamma + C;
+  float* part = reinterpret_cast<float*>(smem + lay.partials);
+  float* rq = part;                        // [kParts][C] <dO S, q> per row, by key part
+  float* dlam = rq + kParts * C;           // [kParts][C] <V̄ G', k>
+  float* z1k = dlam + kParts * C;          // [kParts][C] <Z_1, k>
+  float* tuv = z1k + kParts * C;           // [kParts][C] <Tᵀ dV̄, v>
+  float* ekk = part + 4 * kParts * C;      // [C/16][C] row sums of E ⊙ D ⊙ K Kᵀ, by 16-column block
+  float* z_row = ekk + kRowBlocks * C;     // [C/16][C] row sums of Z (Z_o in P1, then + Z_2 in P4), by column block
+  float* z_col = z_row + kRowBlocks * C;   // [C/16][C] column sums of Z, by row block
+  float* reduce = z_col + kRowBlocks * C;  // [kFastThreads] per-thread <G', S>
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int chunk = blockIdx.x, head = blockIdx.y, N = gridDim.x;
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim;
+  const int t0 = chunk * C, n = min(C, L - t0);
+  const bool gated = p.log_gate != nullptr;
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;
+  const std::size_t state0 = (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
+  const int row_block = warp % kRowBlocks, part_index = warp / kRowBlocks;
+  const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
+
+  // ---- loads: the 16-bit inputs by cp.async, fp32 intermediates split (or rounded) on the way in.
+  auto load_rows = [&](T* dst, const T* src, int width) {
+    for (int e = tid; e < C * (kTcKeys / 8); e += kFastThreads) {
+      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
+      const bool valid = r < n && c < width;
+      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * width + c : src, valid);
+    }
+  };
+  // A [rows][width] fp32 block (row stride `ld`) into hi + lo (lo null: rounded once), zero outside.
+  auto load_split = [&](T* hi, T* lo, int pitch, const float* src, std::size_t ld, int rows, int rows_pad, int width, int width_pad) {
+    for (int e = tid; e < rows_pad * (width_pad / 2); e += kFastThreads) {
+      const int r = e / (width_pad / 2), c = (e % (width_pad / 2)) * 2;
+      float x0 = 0.0f, x1 = 0.0f;
+      if (r < rows && c < width) {
+        x0 = src[r * ld + c];
+        if (c + 1 < width) x1 = src[r * ld + c + 1];
+      }
+      unsigned h, l;
+      split_pair<T>(x0, x1, h, l);
+      *reinterpret_cast<unsigned*>(hi + r * pitch + c) = h;
+      if (lo != nullptr) *reinterpret_cast<unsigned*>(lo + r * pitch + c) = l;
+    }
+  };
+  const T* q = static_cast<const T*>(p.q);
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+  const T* d_out = static_cast<const T*>(p.d_output);
+  load_rows(q_s, q, DK);
+  load_rows(k_s, k, DK);
+  load_rows(v_s, v, DV);
+  load_rows(do_s, d_out, DV);
+  load_split(vb_hi, vb_lo, kTcLd, b.v_new + token0 * DV, DV, n, C, DV, kTcKeys);
+  load_split(dvb_hi, dvb_lo, kTcLd, b.d_v_new + token0 * DV, DV, n, C, DV, kTcKeys);
+  load_split(t_s, nullptr, kPitchC, b.wy_inverse + (static_cast<std::size_t>(head) * N + chunk) * C * C, C, C, C, C, C);
+  if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
+    const T* beta_in = static_cast<const T*>(p.beta);
+    const float* log_gate = static_cast<const float*>(p.log_gate);
+    float lo = gated && lane < n ? log_gate[token0 + lane] : 0.0f;
+    float hi = gated && lane + 32 < n ? log_gate[token0 + lane + 32] : 0.0f;
+    if (gated) chunk_prefix_sums(lo, hi, lane);
+    for (int half = 0; half < 2; ++half) {
+      const int i = lane + 32 * half;
+      if (i >= C) break;
+      const float G = half ? hi : lo;
+      beta[i] = i < n ? to_float(beta_in[token0 + i]) : 0.0f;
+      gsum[i] = G;
+      if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
+    }
+  }
+  copy_async_wait_all();
+  __syncthreads();
+  const float last = gsum[n - 1];
+  for (int i = tid; i < C; i += kFastThreads) {  // without gates no expf: every decay is exactly 1
+    gamma[i] = gated ? expf(gsum[i]) : 1.0f;
+    lambda[i] = gated ? expf(last - gsum[i]) : 1.0f;
+  }
+  __syncthreads();
+  auto decay = [&](int i, int j) { return gated ? expf(gsum[i] - gsum[j]) : 1.0f; };  // i ≥ j only
+  const int dv_steps = (DV + 15) / 16, dk_steps = (DK + 15) / 16;
+
+  // ---- P1: E_o, and gated the sums of Z_o. Tiles of 16 × 16 on and below the diagonal.
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {
+    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+    float acc[2][4] = {}, qk[2][4] = {};
+    if (cb <= rb) {
+      for (int kk = 0; kk < dv_steps; ++kk) {
+        unsigned a[4], bh[4], bl[4];
+        a_rows(a, do_s, kTcLd, 16 * rb, 16 * kk);
+        b_rows(bh, vb_hi, kTcLd, 16 * kk, 16 * cb);
+        b_rows(bl, vb_lo, kTcLd, 16 * kk, 16 * cb);
+        mma_pair<T>(acc[0], acc[1], a, bh);
+        mma_pair<T>(acc[0], acc[1], a, bl);
+      }
+      if (gated)
+        for (int kk = 0; kk < dk_steps; ++kk) {
+          unsigned a[4], bk[4];
+          a_rows(a, q_s, kTcLd, 16 * rb, 16 * kk);
+          b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
+          mma_pair<T>(qk[0], qk[1], a, bk);
+        }
+    }
+    float row_sum[2] = {0.0f, 0.0f}, col_sum[2][2] = {};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
+        float e[2];
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const float d = j + x <= i ? decay(i, j + x) : 0.0f;
+          e[x] = acc[nt][2 * half + x] * d;
+          if (gated && j + x < i) {  // Z_o = (dO V̄ᵀ) ⊙ P, strictly lower
+            const float z = acc[nt][2 * half + x] * (qk[nt][2 * half + x] * d);
+            row_sum[half] += z;
+            col_sum[nt][x] += z;
+          }
+        }
+        *reinterpret_cast<unsigned*>(eo_s + i * kPitchC + j) = pack_pair<T>(e[0], e[1]);
+      }
+    if (gated) {
+      // Row sums over the tile's 16 columns: lanes t = 0..3 by butterfly, the two n8 tiles in order.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float r = row_sum[half];
+        r += __shfl_xor_sync(0xffffffffu, r, 1);
+        r += __shfl_xor_sync(0xffffffffu, r, 2);
+        if (t == 0) z_row[cb * C + 16 * rb + g + 8 * half] = r;
+      }
+      // Column sums over the tile's 16 rows: lanes g = 0..7 by butterfly.
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float c = col_sum[nt][x];
+          c += __shfl_xor_sync(0xffffffffu, c, 4);
+          c += __shfl_xor_sync(0xffffffffu, c, 8);
+          c += __shfl_xor_sync(0xffffffffu, c, 16);
+          if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] = c;
+        }
+    }
+  }
+
+  // ---- P2: the state products, S_[c] and G' streamed as hi + lo.
+  float dq[kDTiles][4] = {}, dw[kDTiles][4] = {}, vg[kDTiles][4] = {};
+  float gs = 0.0f;  // this thread's part of <G', S>
+  const float* s_src = b.boundary_states + state0;
+  const float* g_src = b.state_gradients + state0;
+  for (int r0 = 0; r0 < DV; r0 += kStream) {
+    __syncthreads();  // the previous tile is consumed (and, the first time, P1's E_o is published)
+    const int rows = min(kStream, DV - r0);
+    for (int e = tid; e < kStream * (kTcKeys / 2); e += kFastThreads) {
+      const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
+      float s0 = 0.0f, s1 = 0.0f, g0 = 0.0f, g1 = 0.0f;
+      if (r < rows && c < DK) {
+        const std::size_t o = static_cast<std::size_t>(r0 + r) * DK + c;
+        s0 = s_src[o], g0 = g_src[o];
+        if (c + 1 < DK) s1 = s_src[o + 1], g1 = g_src[o + 1];
+      }
+      gs = fmaf(g0, s0, gs);
+      gs = fmaf(g1, s1, gs);
+      unsigned h, l;
+      split_pair<T>(s0, s1, h, l);
+      *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = h;
+      *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = l;
+      split_pair<T>(g0, g1, h, l);
+      *reinterpret_cast<unsigned*>(g_hi + r * kTcLd + c) = h;
+      *reinterpret_cast<unsigned*>(g_lo + r * kTcLd + c) = l;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kStream / 16; ++kk) {
+      if (r0 + 16 * kk >= DV) break;
+      unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
+      a_rows(ad, do_s, kTcLd, i0, r0 + 16 * kk);
+      a_rows(awh, dvb_hi, kTcLd, i0, r0 + 16 * kk);
+      a_rows(awl, dvb_lo, kTcLd, i0, r0 + 16 * kk);
+      a_rows(avh, vb_hi, kTcLd, i0, r0 + 16 * kk);
+      a_rows(avl, vb_lo, kTcLd, i0, r0 + 16 * kk);
+      negate(awh);
+      negate(awl);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) {
+        unsigned sh[4], sl[4], gh[4], gl[4];
+        b_columns(sh, s_hi, kTcLd, 16 * kk, col0 + 8 * nt);
+        b_columns(sl, s_lo, kTcLd, 16 * kk, col0 + 8 * nt);
+        b_columns(gh, g_hi, kTcLd, 16 * kk, col0 + 8 * nt);
+        b_columns(gl, g_lo, kTcLd, 16 * kk, col0 + 8 * nt);
+        mma_pair<T>(dq[nt], dq[nt + 1], ad, sh);
+        mma_pair<T>(dq[nt], dq[nt + 1], ad, sl);
+        mma_pair<T>(dw[nt], dw[nt + 1], awh, sh);
+        mma_pair<T>(dw[nt], dw[nt + 1], awh, sl);
+        mma_pair<T>(dw[nt], dw[nt + 1], awl, sh);
+        mma_pair<T>(vg[nt], vg[nt + 1], avh, gh);
+        mma_pair<T>(vg[nt], vg[nt + 1], avh, gl);
+        mma_pair<T>(vg[nt], vg[nt + 1], avl, gh);
+      }
+    }
+  }
+  reduce[tid] = gs;
+  __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
+
+  // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
+  // t = 0..3 by butterfly; stored by key part.
+  auto row_dot = [&](const float (&acc)[kDTiles][4], const T* operand, float* out) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = i0 + g + 8 * half;
+      float r = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; ++nt) {
+        const float2 o = unpack_pair<T>(*reinterpret_cast<const unsigned*>(operand + i * kTcLd + col0 + 8 * nt + 2 * t));
+        r = fmaf(acc[nt][2 * half], o.x, r);
+        r = fmaf(acc[nt][2 * half + 1], o.y, r);
+      }
+      r += __shfl_xor_sync(0xffffffffu, r, 1);
+      r += __shfl_xor_sync(0xffffffffu, r, 2);
+      if (t == 0) out[part_index * C + i] = r;
+    }
+  };
+  // Stores a C × D accumulator as the dtype (rows < n, columns < width).
+  auto store_rows = [&](const float (&acc)[kDTiles][4], void* dst_base, int width) {
+    T* dst = static_cast<T*>(dst_base) + token0 * width;
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
+        if (i >= n || c >= width) continue;
+        if (c + 1 < width) *reinterpret_cast<unsigned*>(dst + i * width + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        else dst[i * width + c] = from_float<T>(acc[nt][2 * half]);
+      }
+  };
+
+  // ---- P3: dq, dW, the first terms of dk; then βV, βγK and dT.
+  row_dot(dq, q_s, rq);
+#pragma unroll
+  for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) dq[nt][x] *= gamma[i0 + g + (x / 2) * 8];
+  for (int jj = 0; jj <= row_block; ++jj) {  // E_o K: E_o is zero above the diagonal
+    unsigned a[4];
+    a_rows(a, eo_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; nt += 2) {
+      unsigned bk[4];
+      b_columns(bk, k_s, kTcLd, 16 * jj, col0 + 8 * nt);
+      mma_pair<T>(dq[nt], dq[nt + 1], a, bk);
+    }
+  }
+  store_rows(dq, p.dq, DK);
+  row_dot(vg, k_s, dlam);
+#pragma unroll
+  for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) vg[nt][x] *= lambda[i0 + g + (x / 2) * 8];  // vg is dk from here on
+  for (int jj = row_block; jj < kRowBlocks; ++jj) {  // E_oᵀ Q: (E_oᵀ)_ij = E_o,ji, nonzero for j ≥ i
+    unsigned a[4];
+    a_columns(a, eo_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; nt += 2) {
+      unsigned bq[4];
+      b_columns(bq, q_s, kTcLd, 16 * jj, col0 + 8 * nt);
+      mma_pair<T>(vg[nt], vg[nt + 1], a, bq);
+    }
+  }
+  // dW: in fp32 when asked, rounded once to T over V̄'s dead hi tile.
+#pragma unroll
+  for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
+      *reinterpret_cast<unsigned*>(dw_s + i * kTcLd + c) = pack_pair<T>(dw[nt][2 * half], dw[nt][2 * half + 1]);
+      if (b.d_w != nullptr && i < n && c < DK) {
+        float* dst = b.d_w + (token0 + i) * DK + c;
+        dst[0] = dw[nt][2 * half];
+        if (c + 1 < DK) dst[1] = dw[nt][2 * half + 1];
+      }
+    }
+  for (int e = tid; e < C * (kTcKeys / 2); e += kFastThreads) {  // βV and βγK, each product rounded once
+    const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
+    const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_s + r * kTcLd + c));
+    const float2 y = unpack_pair<T>(*reinterpret_cast<const unsigned*>(k_s + r * kTcLd + c));
+    const float bg = beta[r] * gamma[r];
+    *reinterpret_cast<unsigned*>(bv_s + r * kTcLd + c) = pack_pair<T>(beta[r] * x.x, beta[r] * x.y);
+    *reinterpret_cast<unsigned*>(bgk_s + r * kTcLd + c) = pack_pair<T>(bg * y.x, bg * y.y);
+  }
+  __syncthreads();
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
+    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+    float acc[2][4] = {};
+    for (int kk = 0; kk < dv_steps; ++kk) {
+      unsigned ah[4], al[4], bv[4];
+      a_rows(ah, dvb_hi, kTcLd, 16 * rb, 16 * kk);
+      a_rows(al, dvb_lo, kTcLd, 16 * rb, 16 * kk);
+      b_rows(bv, bv_s, kTcLd, 16 * kk, 16 * cb);
+      mma_pair<T>(acc[0], acc[1], ah, bv);
+      mma_pair<T>(acc[0], acc[1], al, bv);
+    }
+    for (int kk = 0; kk < dk_steps; ++kk) {
+      unsigned a[4], bk[4];
+      a_rows(a, dw_s, kTcLd, 16 * rb, 16 * kk);
+      b_rows(bk, bgk_s, kTcLd, 16 * kk, 16 * cb);
+      mma_pair<T>(acc[0], acc[1], a, bk);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<unsigned*>(dt_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
+            pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+  }
+  __syncthreads();
+
+  // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {
+    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+    float acc[2][4] = {};
+    for (int jj = rb; jj < kRowBlocks; ++jj) {
+      unsigned a[4], bd[4];
+      a_columns(a, t_s, kPitchC, 16 * rb, 16 * jj);
+      b_columns(bd, dt_s, kPitchC, 16 * jj, 16 * cb);
+      mma_pair<T>(acc[0], acc[1], a, bd);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<unsigned*>(x_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
+            pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+  }
+  __syncthreads();
+  float* e_out = b.wy_system_adjoint != nullptr ? b.wy_system_adjoint + (static_cast<std::size_t>(head) * N + chunk) * C * C : nullptr;
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {  // E = strictly_lower(−X Tᵀ)
+    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+    float acc[2][4] = {}, kk_acc[2][4] = {};
+    if (cb <= rb) {
+      for (int ll = 0; ll <= cb; ++ll) {  // (Tᵀ)_lk = T_kl is zero for l > k
+        unsigned a[4], bt[4];
+        a_rows(a, x_s, kPitchC, 16 * rb, 16 * ll);
+        b_rows(bt, t_s, kPitchC, 16 * ll, 16 * cb);
+        negate(a);
+        mma_pair<T>(acc[0], acc[1], a, bt);
+      }
+      for (int kk = 0; kk < dk_steps; ++kk) {
+        unsigned a[4], bk[4];
+        a_rows(a, k_s, kTcLd, 16 * rb, 16 * kk);
+        b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
+        mma_pair<T>(kk_acc[0], kk_acc[1], a, bk);
+      }
+    }
+    float ekk_sum[2] = {0.0f, 0.0f}, z_sum[2] = {0.0f, 0.0f}, zc[2][2] = {};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
+        float f[2];
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const bool lower = j + x < i;
+          const float e = lower ? acc[nt][2 * half + x] : 0.0f;
+          const float ed = lower ? e * decay(i, j + x) : 0.0f;  // E ⊙ D
+          f[x] = beta[i] * ed;
+          ekk_sum[half] = fmaf(ed, kk_acc[nt][2 * half + x], ekk_sum[half]);
+          if (gated && lower) {  // Z_2 = (E ⊙ D) ⊙ β_i k_i·k_j
+            const float z = f[x] * kk_acc[nt][2 * half + x];
+            z_sum[half] += z;
+            zc[nt][x] += z;
+          }
+          if (e_out != nullptr) e_out[i * C + j + x] = e;
+        }
+        *reinterpret_cast<unsigned*>(f_s + i * kPitchC + j) = pack_pair<T>(f[0], f[1]);
+      }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float r = ekk_sum[half], z = z_sum[half];
+      r += __shfl_xor_sync(0xffffffffu, r, 1);
+      r += __shfl_xor_sync(0xffffffffu, r, 2);
+      z += __shfl_xor_sync(0xffffffffu, z, 1);
+      z += __shfl_xor_sync(0xffffffffu, z, 2);
+      if (t == 0) {
+        ekk[cb * C + 16 * rb + g + 8 * half] = r;
+        if (gated) z_row[cb * C + 16 * rb + g + 8 * half] += z;  // this lane wrote the Z_o part in P1 (same tile owner)
+      }
+    }
+    if (gated)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float c = zc[nt][x];
+          c += __shfl_xor_sync(0xffffffffu, c, 4);
+          c += __shfl_xor_sync(0xffffffffu, c, 8);
+          c += __shfl_xor_sync(0xffffffffu, c, 16);
+          if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] += c;
+        }
+  }
+  __syncthreads();
+
+  // ---- P5: Z_1 = Tᵀ dW, the rest of dk; dv; the dβ row sums.
+  {
+    float z1[kDTiles][4] = {};
+    for (int jj = row_block; jj < kRowBlocks; ++jj) {
+      unsigned a[4];
+      a_columns(a, t_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) {
+        unsigned bw[4];
+        b_columns(bw, dw_s, kTcLd, 16 * jj, col0 + 8 * nt);
+        mma_pair<T>(z1[nt], z1[nt + 1], a, bw);
+      }
+    }
+    row_dot(z1, k_s, z1k);
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = i0 + g + (x / 2) * 8;
+        vg[nt][x] = fmaf(beta[i] * gamma[i], z1[nt][x], vg[nt][x]);
+      }
+  }
+  for (int jj = 0; jj < kRowBlocks; ++jj) {  // F K (F strictly lower: j ≤ i blocks) and Fᵀ K (j ≥ i blocks)
+    unsigned bk[kDTiles / 2][4];
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; nt += 2) b_columns(bk[nt / 2], k_s, kTcLd, 16 * jj, col0 + 8 * nt);
+    if (jj <= row_block) {
+      unsigned a[4];
+      a_rows(a, f_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
+    }
+    if (jj >= row_block) {
+      unsigned a[4];
+      a_columns(a, f_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
+    }
+  }
+  store_rows(vg, p.dk, DK);
+  {
+    float tu[kDTiles][4] = {};  // Tᵀ dV̄ (dV̄ hi + lo)
+    for (int jj = row_block; jj < kRowBlocks; ++jj) {
+      unsigned a[4];
+      a_columns(a, t_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) {
+        unsigned bh[4], bl[4];
+        b_columns(bh, dvb_hi, kTcLd, 16 * jj, col0 + 8 * nt);
+        b_columns(bl, dvb_lo, kTcLd, 16 * jj, col0 + 8 * nt);
+        mma_pair<T>(tu[nt], tu[nt + 1], a, bh);
+        mma_pair<T>(tu[nt], tu[nt + 1], a, bl);
+      }
+    }
+    row_dot(tu, v_s, tuv);
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) tu[nt][x] *= beta[i0 + g + (x / 2) * 8];
+    store_rows(tu, p.dv, DV);
+  }
+  __syncthreads();
+
+  // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
+  if (tid < C) {
+    const int i = tid;
+    float s_rq = 0.0f, s_dl = 0.0f, s_z1k = 0.0f, s_tuv = 0.0f, s_ekk = 0.0f;
+    for (int q_part = 0; q_part < kParts; ++q_part) {
+      s_rq += rq[q_part * C + i], s_dl += dlam[q_part * C + i];
+      s_z1k += z1k[q_part * C + i], s_tuv += tuv[q_part * C + i];
+    }
+    for (int cb = 0; cb < kRowBlocks; ++cb) s_ekk += ekk[cb * C + i];
+    if (i < n) static_cast<T*>(p.d_beta)[token0 + i] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
+    if (gated) {
+      float zr = 0.0f, zcs = 0.0f;
+      for (int cb = 0; cb < kRowBlocks; ++cb) zr += z_row[cb * C + i];
+      for (int rb = 0; rb < kRowBlocks; ++rb) zcs += z_col[rb * C + i];
+      const float d_gamma = s_rq + beta[i] * s_z1k;
+      dlam[i] = s_dl * lambda[i];  // reused: dλ_i λ_i (every reader of the partials is this thread)
+      gsum[i] = d_gamma * gamma[i] + zr - zcs - s_dl * lambda[i];  // gsum now holds dG (G_i is no longer read)
+    }
+  }
+  __syncthreads();
+  if (gated && tid == 0) {
+    float total = 0.0f, gs_total = 0.0f;
+    for (int i = 0; i < n; ++i) total += dlam[i];
+    for (int e = 0; e < kFastThreads; ++e) gs_total += reduce[e];
+    gsum[n - 1] += total + gs_total * gamma[n - 1];
+    float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
+    float* dg = static_cast<float*>(p.d_log_gate);
+    for (int r = n - 1; r >= 0; --r) {
+      running += gsum[r];
+      dg[token0 + r] = running;
+      if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
+    }
+  }
+}
+
+}  // namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS

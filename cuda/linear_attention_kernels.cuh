@@ -1,0 +1,755 @@
+// Additive linear attention kernels and their launchers (linear_attention.cu validates, then launches
+// them). See linear_attention.h for the API and NOTES.md for the versions, their times and the roofline.
+//
+// One kernel shape serves the whole chunkwise family: a *pass* scans the chunks of one sequence,
+//   out_[c] = Q_[c] S_[c]ᵀ + (Q_[c] K_[c]ᵀ ⊙ M) V_[c],   S_[c+1] = S_[c] + V_[c]ᵀ K_[c],
+// with the state tile of a block of value columns held on chip for the whole sequence.
+// The backward is three passes of the same kernel with other operands (reference/
+// linear_attention.hpp, chunkwise_backward, rewritten):
+//   dQ = dO S_[c] + (dO Vᵀ ⊙ M) K         forward pass, q'=dO, k'=V,  v'=K,  S'_0 = S_0ᵀ
+//   dK = V G_[c+1] + (V dOᵀ ⊙ Mᵀ) Q       reversed pass, q'=V, k'=dO, v'=Q,  S'_0 = dS_Lᵀ
+//   dV = K G_[c+1]ᵀ + (K Qᵀ ⊙ Mᵀ) dO      reversed pass, q'=K, k'=Q,  v'=dO, S'_0 = dS_L, S'_L = dS_0
+// A reversed pass reads tokens from the end (token L−1−t), so Mᵀ becomes the causal mask and the
+// state it carries is G, the gradient of the state after the chunk. On tensor cores the dK and dV
+// passes run as one fused reversed scan (they share their tiles and G).
+//
+// Every kernel takes a Policy: the seams through which the planted-bug tests run kernels broken on
+// purpose (DESIGN.md, numerical policy 5), as reference/linear_attention.hpp's Faithful does for the
+// oracle. The product library instantiates Faithful alone; the mutants live in the test-only target
+// (cuda/testing/linear_attention_planted.cu). Everything here has internal linkage: each .cu that
+// includes this header compiles its own instantiations.
+#pragma once
+
+#include "cuda/check.hpp"
+#include "cuda/linear_attention.h"
+#include "cuda/tensor_core.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace deltaproof::cuda::linear_attention {
+namespace {
+
+struct Faithful {
+  __device__ __forceinline__ static constexpr bool in_causal_mask(int i, int j) { return j <= i; }
+  static constexpr bool keeps_partial_chunk = true;         // the last chunk when L % C != 0
+  static constexpr bool reads_initial_state = true;         // S_0, and dS_L in the backward's passes
+  static constexpr bool splits_operands = true;             // S and P enter tensor cores as bf16 hi + lo
+  static constexpr bool decode_reads_updated_state = true;  // o_t = S_t q_t
+};
+
+
+// ---------------------------------------------------------------------------------------
+// Element conversions (accumulation in A: float, or double for fp64 inputs)
+
+template <class A> __device__ __forceinline__ A to_acc(float x) { return x; }
+template <class A> __device__ __forceinline__ A to_acc(double x) { return x; }
+template <class A> __device__ __forceinline__ A to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class A> __device__ __forceinline__ A to_acc(__half x) { return __half2float(x); }
+
+template <class T> __device__ __forceinline__ T from_acc(float x);
+template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
+template <class T> __device__ __forceinline__ T from_acc(double x) { return x; }
+
+// One scan over the chunks of every (batch, head) sequence. Token t of the pass is token
+// L−1−t of the tensors when `reversed`.
+struct Pass {
+  const void* q; const void* k; const void* v; void* out;
+  Strides q_s, k_s, v_s, out_s;
+  // State (value rows × key cols of the pass) with full strides, so that a transposed state is free.
+  const void* s0; std::int64_t s0_b, s0_h, s0_r, s0_c;
+  void* s_final; std::int64_t sf_b, sf_h, sf_r, sf_c;
+  void* boundary;  // packed [B, H, N, value_dim, key_dim], or null
+  int batch, heads, length, key_dim, value_dim, chunk_size;
+  bool reversed;
+};
+
+template <class Policy>
+__device__ __forceinline__ bool reads_initial(const Pass& p) { return p.s0 && Policy::reads_initial_state; }
+template <class Policy, int C>
+__device__ __forceinline__ int chunk_count(const Pass& p) {
+  return Policy::keeps_partial_chunk ? (p.length + C - 1) / C : p.length / C;
+}
+
+__device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
+
+// ---------------------------------------------------------------------------------------
+// Generic pass: any dtype, key_dim ≤ 256, any value_dim; CUDA cores, accumulation in A.
+// Block = (32 value columns of one head); 256 threads. Shared memory (in A):
+//   S [32][K+1] state tile · Qs, Ks [C][33] key slabs · Vt [C][32] · As [C][C] scores.
+// Summation order per entry: scores and Q Sᵀ over the key dim in order, then the masked
+// scores times V over the chunk in order; the state adds one token at a time (an FMA chain).
+
+constexpr int kGenericThreads = 256, kGenericTileV = 32, kGenericSlab = 32;
+
+template <class A>
+std::size_t generic_smem_bytes(int key_dim, int chunk) {
+  return sizeof(A) * (std::size_t(kGenericTileV) * (key_dim + 1) + 2 * std::size_t(chunk) * (kGenericSlab + 1) +
+                      std::size_t(chunk) * kGenericTileV + std::size_t(chunk) * chunk);
+}
+
+template <class T, class A, int C, class Policy>
+__global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
+  constexpr int TV = kGenericTileV, KS = kGenericSlab, NT = kGenericThreads;
+  constexpr int kOutPerThread = C * TV / NT, kScorePerThread = (C * C + NT - 1) / NT;
+  const int tid = threadIdx.x;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int v0 = blockIdx.x * TV;
+  const int K = p.key_dim, V = p.value_dim, L = p.length, Kp = K + 1;
+
+  extern __shared__ unsigned char smem_raw[];
+  A* S = reinterpret_cast<A*>(smem_raw);  // [TV][Kp]
+  A* Qs = S + TV * Kp;                     // [C][KS+1]
+  A* Ks = Qs + C * (KS + 1);               // [C][KS+1]
+  A* Vt = Ks + C * (KS + 1);               // [C][TV]
+  A* As = Vt + C * TV;                     // [C][C]
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
+  T* out = static_cast<T*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+
+  for (int e = tid; e < TV * K; e += NT) {
+    const int r = e / K, c = e % K;
+    A s = 0;
+    if (reads_initial<Policy>(p) && v0 + r < V) s = static_cast<const A*>(p.s0)[b * p.s0_b + h * p.s0_h + (v0 + r) * p.s0_r + c * p.s0_c];
+    S[r * Kp + c] = s;
+  }
+
+  const int chunks = chunk_count<Policy, C>(p);
+  for (int n = 0; n < chunks; ++n) {
+    const int t0 = n * C, cn = min(C, L - t0);
+    for (int e = tid; e < C * TV; e += NT) {
+      const int j = e / TV, c = e % TV;
+      Vt[e] = (j < cn && v0 + c < V) ? to_acc<A>(v[token_row(p, t0 + j) * p.v_s.row + v0 + c]) : A(0);
+    }
+    A out_acc[kOutPerThread], score_acc[kScorePerThread];
+    for (int r = 0; r < kOutPerThread; ++r) out_acc[r] = 0;
+    for (int r = 0; r < kScorePerThread; ++r) score_acc[r] = 0;
+
+    for (int s0 = 0; s0 < K; s0 += KS) {
+      const int width = min(KS, K - s0);
+      __syncthreads();  // the previous slab's readers are done
+      for (int e = tid; e < C * KS; e += NT) {
+        const int i = e / KS, kk = e % KS;
+        const bool in = i < cn && kk < width;
+        const std::int64_t row = in ? token_row(p, t0 + i) : 0;
+        Qs[i * (KS + 1) + kk] = in ? to_acc<A>(q[row * p.q_s.row + s0 + kk]) : A(0);
+        Ks[i * (KS + 1) + kk] = in ? to_acc<A>(k[row * p.k_s.row + s0 + kk]) : A(0);
+      }
+      __syncthreads();
+      for (int r = 0; r < kScorePerThread; ++r) {
+        const int idx = tid + r * NT, i = idx / C, j = idx % C;
+        if (idx < C * C && Policy::in_causal_mask(i, j))
+          for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
+      }
+      for (int r = 0; r < kOutPerThread; ++r) {
+        const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+        for (int kk = 0; kk < width; ++kk) out_acc[r] = fma(Qs[i * (KS + 1) + kk], S[c * Kp + s0 + kk], out_acc[r]);
+      }
+      __syncthreads();  // Q Sᵀ has read this slab of S: now it may change
+      for (int e = tid; e < TV * KS; e += NT) {
+        const int c = e / KS, kk = e % KS;
+        if (kk >= width) continue;
+        A s = S[c * Kp + s0 + kk];
+        if (p.boundary && v0 + c < V)
+          static_cast<A*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n) * V * K + std::int64_t(v0 + c) * K + s0 + kk] = s;
+        for (int j = 0; j < cn; ++j) s = fma(Vt[j * TV + c], Ks[j * (KS + 1) + kk], s);
+        S[c * Kp + s0 + kk] = s;
+      }
+    }
+    for (int r = 0; r < kScorePerThread; ++r) {
+      const int idx = tid + r * NT;
+      if (idx < C * C) As[idx] = Policy::in_causal_mask(idx / C, idx % C) ? score_acc[r] : A(0);
+    }
+    __syncthreads();
+    for (int r = 0; r < kOutPerThread; ++r) {
+      const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+      for (int j = 0; j <= i; ++j) out_acc[r] = fma(As[i * C + j], Vt[j * TV + c], out_acc[r]);
+      if (i < cn && v0 + c < V) out[token_row(p, t0 + i) * p.out_s.row + v0 + c] = from_acc<T>(out_acc[r]);
+    }
+    __syncthreads();  // Vt and As are rewritten by the next chunk
+  }
+  if (p.s_final)
+    for (int e = tid; e < TV * K; e += NT) {
+      const int r = e / K, c = e % K;
+      if (v0 + r < V)
+        static_cast<A*>(p.s_final)[b * p.sf_b + h * p.sf_h + (v0 + r) * p.sf_r + c * p.sf_c] = S[r * Kp + c];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode: the token recurrence, streaming the state once through registers.
+// A warp owns kDecodeRows state rows; lane l holds columns l, l+32, … (NC of them).
+// o_r = Σ_c S_rc q_c: each lane sums its NC columns in order, then a butterfly over the warp
+// (the same tree every run: deterministic).
+
+constexpr int kDecodeWarps = 4, kDecodeRows = 8;
+
+// Column j of lane l: l + 32·j (any DK), or 4·l + j when kFourPerLane (DK = 128, fp32 state,
+// 16-byte aligned rows): one 16-byte access per row per lane.
+template <int NC, bool kFourPerLane>
+__device__ __forceinline__ int decode_column(int lane, int j) {
+  return kFourPerLane ? lane * 4 + j : lane + 32 * j;
+}
+
+template <class T, class A, int NC, bool kFourPerLane, class Policy>
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int row0 = (blockIdx.x * kDecodeWarps + warp) * kDecodeRows;
+  const int K = p.key_dim, V = p.value_dim;
+  const A* s_in = static_cast<const A*>(p.initial_state);
+  A* s_out = static_cast<A*>(p.final_state);
+  const std::int64_t in_base = b * p.initial_state_strides.batch + h * p.initial_state_strides.head;
+  const std::int64_t out_base = b * p.final_state_strides.batch + h * p.final_state_strides.head;
+  const bool read_state = s_in && Policy::reads_initial_state;
+
+  A s[kDecodeRows][NC];
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if constexpr (kFourPerLane) {
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (read_state && row < V)
+        x = *reinterpret_cast<const float4*>(s_in + in_base + row * p.initial_state_strides.row + lane * 4);
+      s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        s[r][j] = (read_state && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
+      }
+    }
+  }
+  const T* q = static_cast<const T*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
+  T* o = static_cast<T*>(p.output) + b * p.output_strides.batch + h * p.output_strides.head;
+  for (int t = 0; t < p.tokens; ++t) {
+    A kc[NC], qc[NC];
+    for (int j = 0; j < NC; ++j) {
+      const int col = decode_column<NC, kFourPerLane>(lane, j);
+      kc[j] = col < K ? to_acc<A>(k[t * p.k_strides.row + col]) : A(0);
+      qc[j] = col < K ? to_acc<A>(q[t * p.q_strides.row + col]) : A(0);
+    }
+    for (int r = 0; r < kDecodeRows; ++r) {
+      const int row = row0 + r;
+      const A vr = row < V ? to_acc<A>(v[t * p.v_strides.row + row]) : A(0);
+      A partial = 0;
+      for (int j = 0; j < NC; ++j) {
+        if constexpr (!Policy::decode_reads_updated_state) partial = fma(s[r][j], qc[j], partial);
+        s[r][j] = fma(vr, kc[j], s[r][j]);
+        if constexpr (Policy::decode_reads_updated_state) partial = fma(s[r][j], qc[j], partial);
+      }
+      for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
+      if (lane == 0 && row < V) o[t * p.output_strides.row + row] = from_acc<T>(partial);
+    }
+  }
+  for (int r = 0; r < kDecodeRows; ++r) {
+    const int row = row0 + r;
+    if (row >= V) continue;
+    if constexpr (kFourPerLane) {
+      *reinterpret_cast<float4*>(s_out + out_base + row * p.final_state_strides.row + lane * 4) =
+          make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+    } else {
+      for (int j = 0; j < NC; ++j) {
+        const int col = decode_column<NC, kFourPerLane>(lane, j);
+        if (col < K) s_out[out_base + row * p.final_state_strides.row + col] = s[r][j];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core pass (bf16 inputs, head dims ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
+// Block = one head (all value columns, zero-padded to 128), 16 warps, one block per SM: Q and K
+// are read once per head and each score block is computed once.
+// The fp32 state lives in registers as mma accumulators: warp w owns state rows 16·(w%8).. +15
+// and key columns 64·(w/8).. +63.
+// The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
+// as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
+// relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
+// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). The input tiles
+// are double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed. Per chunk:
+//   1. each warp writes its state rows to shared memory as hi/lo; wait for chunk c's copy; barrier;
+//   2. each 16×16 score block is computed once, masked and written to shared memory as hi/lo,
+//      while the warps with fewer blocks update their state rows (S += Vᵀ K); barrier;
+//   3. each warp computes O = P V + Q Sᵀ for 16 rows and a group of value columns; barrier.
+// Consecutive warps share a row block, so each scheduler (warp % 4) gets a mix of the light (top)
+// and heavy (far from the diagonal) row blocks.
+//
+// The fused dK/dV pass runs the dV pass (q'=K, k'=Q, v'=dO, state G) and, on the same chunk
+// tiles and the same published G, the dK output dK = V G + (V dOᵀ ⊙ Mᵀ) Q (steps 2 and 3 once
+// more, with G read transposed): one reversed scan instead of two.
+
+using bf16 = __nv_bfloat16;
+using namespace tensor_core;
+constexpr int kTcWarps = 16, kTcThreads = 32 * kTcWarps, kTcDim = 128;  // head dims padded to 128
+constexpr int kTcStateRowBlocks = kTcDim / 16;                        // 16-row slices of the state
+constexpr int kTcStateKeys = kTcDim * kTcStateRowBlocks / kTcWarps;   // key columns of the state each warp owns
+constexpr int kTcLd = kTcDim + 8, kTcPLd = 64 + 8;  // padded rows (elements): ldmatrix without bank conflicts
+
+// Byte offsets: the state as hi/lo, the masked scores as hi/lo, then the chunk tiles [64][kTcLd]
+// (three for a pass: q', k', v'; four for the fused dK/dV pass: K, Q, dO, V), two buffers each.
+struct TcLayout {
+  static constexpr unsigned tile = 64 * kTcLd * 2;
+  static constexpr unsigned shi = 0, slo = shi + kTcDim * kTcLd * 2, phi = slo + kTcDim * kTcLd * 2,
+                            plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2;
+  static constexpr unsigned bytes(int tile_count) { return tiles + 2 * tile_count * tile; }
+};
+static_assert(TcLayout::bytes(4) <= 227 * 1024, "the fused pass must fit one SM's shared memory");
+
+// An fp32 operand pair as bf16 hi + lo (tensor_core.cuh), or hi alone where a policy plants that bug.
+template <class Policy>
+__device__ __forceinline__ void split_operand(float x0, float x1, unsigned& hi, unsigned& lo) {
+  split_pair<bf16>(x0, x1, hi, lo);
+  if constexpr (!Policy::splits_operands) lo = 0u;
+}
+
+// acc[n] += a · B_n over a row of n8 tiles for one k16 step; b[m] holds tiles 2m and 2m+1.
+template <int kTiles>
+__device__ __forceinline__ void mma_row(float (&acc)[kTiles][4], const unsigned (&a)[4], const unsigned (&b)[kTiles / 2][4]) {
+#pragma unroll
+  for (int n = 0; n < kTiles; n += 2) {
+    mma_16816<bf16>(acc[n], a, b[n / 2][0], b[n / 2][1]);
+    mma_16816<bf16>(acc[n + 1], a, b[n / 2][2], b[n / 2][3]);
+  }
+}
+
+// Per-lane byte offsets of the ldmatrix row addresses inside a row-major tile of pitch ld:
+// A operand (16×16) from [m][k]; B operand (two n8 tiles × k16) from [n][k] (plain) or from
+// [k][n] (.trans); A operand from [k][m] (.trans).
+struct LaneOffsets {
+  unsigned a, b, b_trans, a_trans;
+  __device__ LaneOffsets(int lane, int ld)
+      : a(((lane % 16) * ld + (lane / 16) * 8) * 2),
+        b((((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8) * 2),
+        b_trans((((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2),
+        a_trans((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2) {}
+};
+
+// Rows [t0, t0+cn) of a bf16 matrix into a shared [64][kTcLd] tile, columns [0, 128), zero
+// outside the chunk and beyond valid_cols (so padded products add exact zeros).
+__device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const Strides& s, int b, int h, const Pass& p,
+                                         int t0, int cn, int valid_cols, bool vec) {
+  const bf16* src = static_cast<const bf16*>(matrix) + b * s.batch + h * s.head;
+  if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
+    constexpr int kGroups = kTcDim / 8, kCopiesPerThread = 64 * kGroups / kTcThreads;
+    static_assert(64 * kGroups % kTcThreads == 0);
+#pragma unroll
+    for (int r = 0; r < kCopiesPerThread; ++r) {
+      const int e = threadIdx.x + r * kTcThreads, i = e / kGroups, c = (e % kGroups) * 8;
+      const bool valid = i < cn && c < valid_cols;
+      copy_async_16(dst + i * kTcLd + c, valid ? src + token_row(p, t0 + i) * s.row + c : src, valid);
+    }
+  } else {
+    for (int e = threadIdx.x; e < 64 * kTcDim; e += kTcThreads) {
+      const int i = e / kTcDim, c = e % kTcDim;
+      dst[i * kTcLd + c] = (i < cn && c < valid_cols) ? src[token_row(p, t0 + i) * s.row + c] : __float2bfloat16_rn(0.f);
+    }
+  }
+}
+
+template <int C>
+struct TcShape {
+  static constexpr int kRowBlocks = C / 16;                  // 16-row blocks of a chunk
+  static constexpr int kMaxGroups = kTcDim / 16;             // each group keeps ≥ 2 output tiles
+  static constexpr int kColumnGroups = kTcWarps / kRowBlocks < kMaxGroups ? kTcWarps / kRowBlocks : kMaxGroups;
+  static constexpr int kOutTiles = kTcDim / 8 / kColumnGroups;  // n8 output tiles per warp
+};
+
+// Step 2: the warp of row block r and column group cg computes the score blocks (r, jj) with
+// jj ≤ r and jj ≡ cg (mod kColumnGroups) of A Bᵀ (A rows from a_tile, B rows from b_tile, both
+// [64][kTcLd]), applies the causal mask and writes P = hi + lo to shared memory.
+template <int C, class Policy>
+__device__ __forceinline__ void tc_scores(unsigned a_tile, unsigned b_tile, bf16* Phi, bf16* Plo,
+                                          const LaneOffsets& lo136, int row_block, int column_group, int lane) {
+  using Shape = TcShape<C>;
+  const int i0 = 16 * row_block, g = lane / 4, t = lane % 4;
+  for (int jj = column_group; jj <= row_block; jj += Shape::kColumnGroups) {
+    // Fragments are loaded one k-step ahead, and even and odd k-steps go to separate
+    // accumulators, so neither a load nor the previous product is waited for at each mma.
+    float P[2][2][4] = {};  // [k-step parity][n8 tile]
+    const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2, b_row = b_tile + lo136.b + 16 * jj * kTcLd * 2;
+    unsigned a[2][4], bk[2][4];  // B rows j stored [j][key]: plain ldmatrix gives the col-major B
+    ldmatrix_x4(a[0], a_row);
+    ldmatrix_x4(bk[0], b_row);
+#pragma unroll
+    for (int kk = 0; kk < kTcDim / 16; ++kk) {
+      if (kk + 1 < kTcDim / 16) {
+        ldmatrix_x4(a[(kk + 1) % 2], a_row + (kk + 1) * 32);
+        ldmatrix_x4(bk[(kk + 1) % 2], b_row + (kk + 1) * 32);
+      }
+      mma_16816<bf16>(P[kk % 2][0], a[kk % 2], bk[kk % 2][0], bk[kk % 2][1]);
+      mma_16816<bf16>(P[kk % 2][1], a[kk % 2], bk[kk % 2][2], bk[kk % 2][3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, j = 16 * jj + 8 * n + 2 * t;
+        const float x0 = Policy::in_causal_mask(i, j) ? P[0][n][2 * half] + P[1][n][2 * half] : 0.f;
+        const float x1 = Policy::in_causal_mask(i, j + 1) ? P[0][n][2 * half + 1] + P[1][n][2 * half + 1] : 0.f;
+        unsigned hi, lo;
+        split_operand<Policy>(x0, x1, hi, lo);
+        *reinterpret_cast<unsigned*>(Phi + i * kTcPLd + j) = hi;
+        *reinterpret_cast<unsigned*>(Plo + i * kTcPLd + j) = lo;
+      }
+  }
+}
+
+// Step 3: O = (P_hi + P_lo) X + A (S_hi + S_lo)ᵀ for 16 rows and this warp's output columns,
+// rounded to bf16 and stored to out (rows of the pass p). X: [64][kTcLd] tile (rows = chunk
+// tokens); A: [64][kTcLd] tile; the state is [n][k] (plain) or, when kStateTransposed, [k][n].
+template <int C, bool kStateTransposed>
+__device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const Strides& out_s, int valid_cols,
+                                          unsigned x_tile, unsigned a_tile, unsigned smem_base,
+                                          const LaneOffsets& lo136, const LaneOffsets& lo72, int row_block,
+                                          int column_group, int lane, int b, int h, int t0, int cn, bool vec) {
+  using Shape = TcShape<C>;
+  constexpr int kOutTiles = Shape::kOutTiles;
+  const int i0 = 16 * row_block, out_col0 = column_group * (kTcDim / Shape::kColumnGroups), g = lane / 4, t = lane % 4;
+  float O[kOutTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+  const unsigned p_row = smem_base + TcLayout::phi + lo72.a + i0 * kTcPLd * 2;
+  const unsigned x_row = x_tile + lo136.b_trans + out_col0 * 2;
+#pragma unroll
+  for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
+    if (jj > row_block) break;
+    // All of a step's fragments are loaded before its products (here and below).
+    unsigned ah[4], al[4], bx[kOutTiles / 2][4];  // X stored [j][c]: transposed ldmatrix gives the col-major B
+    ldmatrix_x4(ah, p_row + jj * 32);
+    ldmatrix_x4(al, p_row + (TcLayout::plo - TcLayout::phi) + jj * 32);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) ldmatrix_x4_trans(bx[n / 2], x_row + (jj * 16 * kTcLd + 8 * n) * 2);
+    mma_row(O, ah, bx);
+    mma_row(O, al, bx);
+  }
+  const unsigned a_row = a_tile + lo136.a + i0 * kTcLd * 2;
+  const unsigned s_row = kStateTransposed ? smem_base + TcLayout::shi + lo136.b_trans + out_col0 * 2
+                                          : smem_base + TcLayout::shi + lo136.b + out_col0 * kTcLd * 2;
+#pragma unroll
+  for (int kk = 0; kk < kTcDim / 16; ++kk) {
+    unsigned a[4], bh[kOutTiles / 2][4], bl[kOutTiles / 2][4];
+    ldmatrix_x4(a, a_row + kk * 32);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {
+      const unsigned at = s_row + (kStateTransposed ? kk * 16 * kTcLd + 8 * n : 8 * n * kTcLd + kk * 16) * 2;
+      if constexpr (kStateTransposed) {
+        ldmatrix_x4_trans(bh[n / 2], at);
+        ldmatrix_x4_trans(bl[n / 2], at + (TcLayout::slo - TcLayout::shi));
+      } else {
+        ldmatrix_x4(bh[n / 2], at);
+        ldmatrix_x4(bl[n / 2], at + (TcLayout::slo - TcLayout::shi));
+      }
+    }
+    mma_row(O, a, bh);
+    mma_row(O, a, bl);
+  }
+  bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = i0 + g + 8 * half, c = out_col0 + 8 * n + 2 * t;
+      if (i >= cn) continue;
+      bf16* dst = out + token_row(p, t0 + i) * out_s.row + c;
+      if (vec) {
+        if (c < valid_cols) *reinterpret_cast<unsigned*>(dst) = pack_pair<bf16>(O[n][2 * half], O[n][2 * half + 1]);
+      } else {
+        if (c < valid_cols) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+        if (c + 1 < valid_cols) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
+      }
+    }
+}
+
+// A pass p (q', k', v' → out); with kFusedDkDv, p is the dV pass and dk the dK pass of the same
+// reversed scan (dk.q = V; its k and v are p's v and k).
+template <int C, bool kFusedDkDv, class Policy>
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass dk, bool vec) {
+  using Shape = TcShape<C>;
+  constexpr int kTiles = kFusedDkDv ? 4 : 3;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcDim][kTcLd] state rows (value) × key
+  bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
+  bf16* Phi = reinterpret_cast<bf16*>(smem + TcLayout::phi);  // [64][kTcPLd] masked scores
+  bf16* Plo = reinterpret_cast<bf16*>(smem + TcLayout::plo);
+  bf16* tiles = reinterpret_cast<bf16*>(smem + TcLayout::tiles);  // [2][kTiles][64][kTcLd]: q', k', v' (, V)
+  const unsigned smem_base = smem_address(smem);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int row_block = warp / Shape::kColumnGroups, column_group = warp % Shape::kColumnGroups;
+  const bool computes_output = warp < Shape::kRowBlocks * Shape::kColumnGroups;  // C = 16 leaves 8 warps to the state alone
+  const int state_rows = 16 * (warp % kTcStateRowBlocks), state_key0 = kTcStateKeys * (warp / kTcStateRowBlocks);
+  const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
+
+  // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
+  float S[kTcStateKeys / 8][4];
+  const int s_row0 = state_rows + g;
+#pragma unroll
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+      S[n][x] = (reads_initial<Policy>(p) && row < V && col < K)
+                    ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + row * p.s0_r + col * p.s0_c]
+                    : 0.f;
+    }
+
+  const int chunks = chunk_count<Policy, C>(p);
+  const auto tile = [&](int n, int which) { return tiles + ((n % 2) * kTiles + which) * 64 * kTcLd; };
+  // Copy chunk n into buffer n % 2 (one commit group per chunk).
+  const auto copy_chunk = [&](int n) {
+    const int t0 = n * C, cn = min(C, L - t0);
+    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
+    if constexpr (kFusedDkDv) load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, V, vec);
+    copy_async_commit();
+  };
+  if (chunks > 0) copy_chunk(0);
+  for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
+    const int t0 = n_chunk * C, cn = min(C, L - t0);
+    const unsigned qt = smem_address(tile(n_chunk, 0)), kt = smem_address(tile(n_chunk, 1)),
+                   vt = smem_address(tile(n_chunk, 2));
+    // 1. Start copying the next chunk (its buffer was last read before the previous barrier);
+    //    publish S_[c] as hi + lo (and expose it when asked).
+    if (n_chunk + 1 < chunks) copy_chunk(n_chunk + 1);
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
+        unsigned hi, lo;
+        split_operand<Policy>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
+        *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
+        *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
+        if (p.boundary && r < V)
+          for (int x = 0; x < 2; ++x)
+            if (c + x < K)
+              static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
+                                              std::int64_t(r) * K + c + x] = S[n][2 * half + x];
+      }
+    // This thread's copies of chunk c have landed (only the next chunk's group may be pending);
+    // the barrier publishes everyone's.
+    if (n_chunk + 1 < chunks) copy_async_wait<1>();
+    else copy_async_wait<0>();
+    __syncthreads();
+
+    // 2. Scores Q Kᵀ, and the state update of this warp's rows, S += Vᵀ K over the chunk
+    //    (S_[c] is already in shared memory).
+    if (computes_output) tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, row_block, column_group, lane);
+    const unsigned v_rows = vt + lo136.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
+#pragma unroll
+    for (int jj = 0; jj < Shape::kRowBlocks; ++jj) {
+      if (jj * 16 >= cn) break;  // zero rows add nothing
+      // Vᵀ rows c = state rows, from V stored [j][c], and K stored [j][key]: transposed ldmatrix.
+      unsigned a[4], bk[kTcStateKeys / 16][4];
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
+#pragma unroll
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
+      mma_row(S, a, bk);
+    }
+    __syncthreads();  // P is published
+    // 3. O = P V + Q Sᵀ.
+    if (computes_output)
+      tc_output<C, false>(p, p.out, p.out_s, V, vt, qt, smem_base, lo136, lo72, row_block, column_group, lane, b, h, t0,
+                          cn, vec);
+    if constexpr (kFusedDkDv) {
+      // The dK pass on the same tiles: scores V dOᵀ, then dK = P Q + V G (G = S_[c] read transposed).
+      const unsigned vt_dk = smem_address(tile(n_chunk, 3));
+      __syncthreads();  // P has been read
+      if (computes_output) tc_scores<C, Policy>(vt_dk, vt, Phi, Plo, lo136, row_block, column_group, lane);
+      __syncthreads();  // P is published
+      if (computes_output)
+        tc_output<C, true>(dk, dk.out, dk.out_s, K, kt, vt_dk, smem_base, lo136, lo72, row_block, column_group, lane, b,
+                           h, t0, cn, vec);
+    }
+    __syncthreads();  // S_hi/lo, P and this chunk's tiles are rewritten next
+  }
+  if (p.s_final)
+#pragma unroll
+    for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
+        if (row < V && col < K)
+          static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + row * p.sf_r + col * p.sf_c] = S[n][x];
+      }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: pass construction and dispatch (arguments already validated).
+
+constexpr bool tensor_core_pass(DType dtype, int key_dim, int value_dim) {
+  return dtype == DType::bf16 && key_dim <= kTcDim && value_dim <= kTcDim;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool multiple_of_8(const Strides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0; }
+
+Pass make_pass(const void* q, Strides qs, const void* k, Strides ks, const void* v, Strides vs, void* out, Strides os,
+               int batch, int heads, int length, int key_dim, int value_dim, int chunk, bool reversed) {
+  Pass p{};
+  p.q = q, p.k = k, p.v = v, p.out = out;
+  p.q_s = qs, p.k_s = ks, p.v_s = vs, p.out_s = os;
+  p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim, p.value_dim = value_dim;
+  p.chunk_size = chunk, p.reversed = reversed;
+  return p;
+}
+
+void set_initial(Pass& p, const void* s0, const Strides& s, bool transposed) {
+  p.s0 = s0;
+  p.s0_b = s.batch, p.s0_h = s.head;
+  p.s0_r = transposed ? 1 : s.row;
+  p.s0_c = transposed ? s.row : 1;
+}
+void set_final(Pass& p, void* sf, const Strides& s) {
+  p.s_final = sf;
+  p.sf_b = s.batch, p.sf_h = s.head, p.sf_r = s.row, p.sf_c = 1;
+}
+
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const Pass& p,
+            const std::string& name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "cudaFuncSetAttribute for " + name);
+  kernel<<<grid, threads, smem, stream>>>(p);
+  check_launch(name);
+}
+
+template <class T, class A, class Policy>
+void run_generic(const Pass& p, cudaStream_t stream) {
+  const dim3 grid((p.value_dim + kGenericTileV - 1) / kGenericTileV, p.batch * p.heads);
+  const std::size_t smem = generic_smem_bytes<A>(p.key_dim, p.chunk_size);
+  switch (p.chunk_size) {
+    case 16: launch(pass_generic<T, A, 16, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=16>"); break;
+    case 32: launch(pass_generic<T, A, 32, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=32>"); break;
+    default: launch(pass_generic<T, A, 64, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=64>"); break;
+  }
+}
+
+// A tensor-core pass; with kFused, p is the dV pass and dk the dK pass of one fused reversed scan.
+template <int C, bool kFused, class Policy>
+void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
+  const std::string name =
+      "linear_attention pass_tensor_core<C=" + std::to_string(C) + (kFused ? ", fused dK/dV>" : ">");
+  constexpr int smem = static_cast<int>(TcLayout::bytes(kFused ? 4 : 3));
+  check(cudaFuncSetAttribute(pass_tensor_core<C, kFused, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "cudaFuncSetAttribute for " + name);
+  pass_tensor_core<C, kFused, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
+  check_launch(name);
+}
+
+template <bool kFused, class Policy>
+void run_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
+  switch (p.chunk_size) {
+    case 16: launch_tensor_core<16, kFused, Policy>(p, dk, vec, stream); break;
+    case 32: launch_tensor_core<32, kFused, Policy>(p, dk, vec, stream); break;
+    default: launch_tensor_core<64, kFused, Policy>(p, dk, vec, stream); break;
+  }
+}
+
+template <class Policy>
+void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
+  if (tensor_core_pass(dtype, p.key_dim, p.value_dim)) {
+    run_tensor_core<false, Policy>(p, p, vec, stream);
+    return;
+  }
+  switch (dtype) {
+    case DType::f32: run_generic<float, float, Policy>(p, stream); break;
+    case DType::f64: run_generic<double, double, Policy>(p, stream); break;
+    case DType::bf16: run_generic<__nv_bfloat16, float, Policy>(p, stream); break;
+    case DType::f16: run_generic<__half, float, Policy>(p, stream); break;
+  }
+}
+
+// The launches of forward(), backward() and decode() after validation.
+template <class Policy>
+void launch_forward(const ForwardParams& fp, cudaStream_t stream) {
+  Pass p = make_pass(fp.q, fp.q_strides, fp.k, fp.k_strides, fp.v, fp.v_strides, fp.output, fp.output_strides,
+                     fp.batch, fp.heads, fp.length, fp.key_dim, fp.value_dim, fp.chunk_size, false);
+  set_initial(p, fp.initial_state, fp.initial_state_strides, false);
+  set_final(p, fp.final_state, fp.final_state_strides);
+  p.boundary = fp.boundary_states;
+  const bool vec = fp.key_dim % 8 == 0 && fp.value_dim % 8 == 0 && aligned16(fp.q) && aligned16(fp.k) && aligned16(fp.v) &&
+                   aligned16(fp.output) && multiple_of_8(fp.q_strides) && multiple_of_8(fp.k_strides) &&
+                   multiple_of_8(fp.v_strides) && multiple_of_8(fp.output_strides);
+  run_pass<Policy>(p, fp.dtype, vec, stream);
+}
+
+template <class Policy>
+void launch_backward(const BackwardParams& bp, cudaStream_t stream) {
+  const int B = bp.batch, H = bp.heads, L = bp.length, DK = bp.key_dim, DV = bp.value_dim, C = bp.chunk_size;
+  const bool vec = DK % 8 == 0 && DV % 8 == 0 && aligned16(bp.q) && aligned16(bp.k) && aligned16(bp.v) &&
+                   aligned16(bp.d_output) && aligned16(bp.dq) && aligned16(bp.dk) && aligned16(bp.dv) &&
+                   multiple_of_8(bp.q_strides) && multiple_of_8(bp.k_strides) && multiple_of_8(bp.v_strides) &&
+                   multiple_of_8(bp.d_output_strides) && multiple_of_8(bp.dq_strides) && multiple_of_8(bp.dk_strides) &&
+                   multiple_of_8(bp.dv_strides);
+  // dQ = dO S_[c] + (dO Vᵀ ⊙ M) K: forward pass over (dO, V, K) with state Sᵀ.
+  Pass dq = make_pass(bp.d_output, bp.d_output_strides, bp.v, bp.v_strides, bp.k, bp.k_strides, bp.dq, bp.dq_strides, B,
+                      H, L, DV, DK, C, false);
+  set_initial(dq, bp.initial_state, bp.initial_state_strides, true);
+  set_final(dq, nullptr, {});
+  dq.boundary = nullptr;
+  run_pass<Policy>(dq, bp.dtype, vec, stream);
+  // dK = V G + (V dOᵀ ⊙ Mᵀ) Q: reversed pass over (V, dO, Q) with state Gᵀ, G starting at dS_L.
+  Pass dk = make_pass(bp.v, bp.v_strides, bp.d_output, bp.d_output_strides, bp.q, bp.q_strides, bp.dk, bp.dk_strides, B,
+                      H, L, DV, DK, C, true);
+  set_initial(dk, bp.d_final_state, bp.d_final_state_strides, true);
+  set_final(dk, nullptr, {});
+  dk.boundary = nullptr;
+  // dV = K Gᵀ + (K Qᵀ ⊙ Mᵀ) dO: reversed pass over (K, Q, dO) with state G; its final state is dS_0.
+  Pass dv = make_pass(bp.k, bp.k_strides, bp.q, bp.q_strides, bp.d_output, bp.d_output_strides, bp.dv, bp.dv_strides, B,
+                      H, L, DK, DV, C, true);
+  set_initial(dv, bp.d_final_state, bp.d_final_state_strides, false);
+  set_final(dv, bp.d_initial_state, bp.d_initial_state_strides);
+  dv.boundary = nullptr;
+  // On tensor cores both reversed passes run as one scan (same tiles, same G).
+  if (tensor_core_pass(bp.dtype, DK, DV)) {
+    run_tensor_core<true, Policy>(dv, dk, vec, stream);
+    return;
+  }
+  run_pass<Policy>(dk, bp.dtype, vec, stream);
+  run_pass<Policy>(dv, bp.dtype, vec, stream);
+}
+
+template <class T, class A, class Policy>
+void run_decode(const DecodeParams& p, cudaStream_t stream) {
+  const dim3 grid((p.value_dim + kDecodeWarps * kDecodeRows - 1) / (kDecodeWarps * kDecodeRows), p.batch * p.heads);
+  const int columns_per_lane = (p.key_dim + 31) / 32;
+  const std::string name = "linear_attention decode_kernel";
+  const auto aligned_rows = [](const void* s, const Strides& st) {
+    return s == nullptr || (reinterpret_cast<std::uintptr_t>(s) % 16 == 0 && st.batch % 4 == 0 && st.head % 4 == 0 && st.row % 4 == 0);
+  };
+  const bool four_per_lane = std::is_same_v<A, float> && p.key_dim == 128 &&
+                             aligned_rows(p.initial_state, p.initial_state_strides) &&
+                             aligned_rows(p.final_state, p.final_state_strides);
+  if (four_per_lane) decode_kernel<T, A, 4, true, Policy><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  else if (columns_per_lane <= 1) decode_kernel<T, A, 1, false, Policy><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  else if (columns_per_lane <= 2) decode_kernel<T, A, 2, false, Policy><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  else if (columns_per_lane <= 4) decode_kernel<T, A, 4, false, Policy><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  else decode_kernel<T, A, 8, false, Policy><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  check_launch(name);
+}
+
+template <class Policy>
+void launch_decode(const DecodeParams& p, cudaStream_t stream) {
+  switch (p.dtype) {
+    case DType::f32: run_decode<float, float, Policy>(p, stream); break;
+    case DType::f64: run_decode<double, double, Policy>(p, stream); break;
+    case DType::bf16: run_decode<__nv_bfloat16, float, Policy>(p, stream); break;
+    case DType::f16: run_decode<__half, float, Policy>(p, stream); break;
+  }
+}
+
+}  // namespace
+}  // namespace deltaproof::cuda::linear_attention
