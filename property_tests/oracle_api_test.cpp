@@ -12,6 +12,7 @@
 #include "reference/delta_conditioning.hpp"
 #include "reference/high_agreement.hpp"
 #include "reference/lact.hpp"
+#include "reference/polynomial.hpp"
 #include "reference/random_inputs.hpp"
 #include "reference/ttt.hpp"
 
