@@ -9,7 +9,7 @@
 #include "bench/cuda_bench_support.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
-#include "cuda/delta_rule_backward_fast.h"
+#include "cuda/testing/delta_rule_stages.h"
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 namespace kc = deltaproof::cuda;
+namespace kdr = deltaproof::cuda::delta_rule;
 using kc::check;
 using kc::DType;
 using namespace deltaproof::bench;
@@ -29,8 +30,18 @@ constexpr int kDecodeBatch = 64;
 constexpr int kSets = 2;
 
 struct ForwardSet {
-  void *q, *k, *v, *beta, *gate, *o, *w, *u, *final_state;
+  void *q, *k, *v, *beta, *gate, *o, *final_state, *workspace;
 };
+
+// The benchmark's shape at chunk size C, packed, no tensors yet (forward or backward params).
+template <class Params>
+Params shape(int C) {
+  Params p;
+  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
+  p.chunk_size = C;
+  kdr::set_contiguous_strides(p);
+  return p;
+}
 const std::vector<ForwardSet>& forward_sets() {
   static const std::vector<ForwardSet> sets = [] {
     std::vector<ForwardSet> s;
@@ -40,19 +51,18 @@ const std::vector<ForwardSet>& forward_sets() {
       s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
                    device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
                    device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
-                   device_workspace(n * 2), device_workspace(n * 2), device_workspace(states * 4)});
+                   device_workspace(states * 4), device_workspace(kdr::workspace_bytes(shape<kdr::ForwardParams>(16)))});
     return s;
   }();
   return sets;
 }
 
-kc::DeltaRuleForwardParams forward_params(int set, int C, bool gated) {
+kdr::ForwardParams forward_params(int set, int C, bool gated) {
   const ForwardSet& s = forward_sets()[size_t(set)];
-  kc::DeltaRuleForwardParams p;
-  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
-  p.chunk_size = C, p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
+  kdr::ForwardParams p = shape<kdr::ForwardParams>(C);
+  p.q = s.q, p.k = s.k, p.v = s.v, p.beta = s.beta;
   p.log_gate = gated ? static_cast<const float*>(s.gate) : nullptr;
-  p.output = s.o, p.w = s.w, p.u = s.u, p.final_state = static_cast<float*>(s.final_state);
+  p.output = s.o, p.final_state = static_cast<float*>(s.final_state), p.workspace = s.workspace;
   return p;
 }
 
@@ -67,10 +77,10 @@ void forward_benchmark(benchmark::State& state, Stage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
   time_launches(state, kSets, [&](int i) {
-    const kc::DeltaRuleForwardParams p = forward_params(i, C, gated);
-    if (stage == Stage::forward) kc::delta_rule_forward(p);
-    else if (stage == Stage::prepare) kc::delta_rule_wy_prepare(p);
-    else kc::delta_rule_chunk_scan(p);
+    const kdr::ForwardParams p = forward_params(i, C, gated);
+    if (stage == Stage::forward) kdr::forward(p);
+    else if (stage == Stage::prepare) kdr::testing::wy_prepare({p, {}});  // W and U in the same workspace
+    else kdr::testing::chunk_scan({p, {}});
   });
   // Compulsory traffic of the whole forward: read q, k, v, write o.
   state.counters["bytes"] = benchmark::Counter(4 * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
@@ -90,20 +100,13 @@ struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
 };
 
-kc::DeltaRuleBackwardParams backward_shape(int C) {
-  kc::DeltaRuleBackwardParams p;
-  p.dtype = DType::bf16, p.batch = kBatch, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
-  p.chunk_size = C;
-  return p;
-}
-
 const std::vector<BackwardSet>& backward_sets() {
   static const std::vector<BackwardSet> sets = [] {
     std::vector<BackwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
     std::size_t workspace = 0;
-    for (int C : {16, 32, 64}) workspace = std::max(workspace, kc::delta_rule_backward_workspace_bytes(backward_shape(C)));
+    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::BackwardParams>(C)));
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
                    device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
@@ -113,10 +116,10 @@ const std::vector<BackwardSet>& backward_sets() {
   return sets;
 }
 
-kc::DeltaRuleBackwardParams backward_params(int set, int C, bool gated) {
+kdr::BackwardParams backward_params(int set, int C, bool gated) {
   const ForwardSet& f = forward_sets()[size_t(set)];
   const BackwardSet& b = backward_sets()[size_t(set)];
-  kc::DeltaRuleBackwardParams p = backward_shape(C);
+  kdr::BackwardParams p = shape<kdr::BackwardParams>(C);
   p.q = f.q, p.k = f.k, p.v = f.v, p.beta = f.beta;
   p.log_gate = gated ? f.gate : nullptr;
   p.d_output = b.d_output, p.d_final_state = b.d_final_state;
@@ -141,19 +144,20 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
   // Every set's intermediates written once, so that a stage timed alone reads what it would read.
-  for (int i = 0; i < kSets; ++i) kc::delta_rule_backward(backward_params(i, C, gated));
+  for (int i = 0; i < kSets; ++i) kdr::backward(backward_params(i, C, gated));
   check(cudaDeviceSynchronize(), "backward warm-up");
   time_launches(state, kSets, [&](int i) {
-    const kc::DeltaRuleBackwardParams p = backward_params(i, C, gated);
+    const kdr::BackwardParams p = backward_params(i, C, gated);
+    const kdr::BackwardStageParams stages{p, {}};  // a stage alone carves the same workspace as the whole backward
     switch (stage) {
-      case BackwardStage::all: return kc::delta_rule_backward(p);
-      case BackwardStage::prepare: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::prepare);
-      case BackwardStage::state_pass: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::state_pass);
-      case BackwardStage::gradient_scan: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::gradient_scan);
-      case BackwardStage::chunk_gradients: return kc::delta_rule_backward_fast_stage(p, kc::FastBackwardStage::chunk_gradients);
+      case BackwardStage::all: return kdr::backward(p);
+      case BackwardStage::prepare: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::prepare);
+      case BackwardStage::state_pass: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::state_pass);
+      case BackwardStage::gradient_scan: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::gradient_scan);
+      case BackwardStage::chunk_gradients: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::chunk_gradients);
       case BackwardStage::forward_and_backward:
-        kc::delta_rule_forward(forward_params(i, C, gated));
-        return kc::delta_rule_backward(p);
+        kdr::forward(forward_params(i, C, gated));
+        return kdr::backward(p);
     }
   });
   // Compulsory traffic: read q, k, v, dO, write dq, dk, dv (forward + backward: also write o).
@@ -170,7 +174,8 @@ void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchm
 void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
 void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
 
-void BM_DeltaRuleDecode(benchmark::State& state) {
+// queued: timed with the launch queued ahead of the clock (time_launches), the GPU's time alone.
+void decode_benchmark(benchmark::State& state, bool queued) {
   const int B = static_cast<int>(state.range(0)), T = 1;
   const bool gated = state.range(1) != 0;
   const std::size_t tokens = static_cast<std::size_t>(B) * kHeads * T, states = static_cast<std::size_t>(B) * kHeads * kDim * kDim;
@@ -185,17 +190,21 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
                       device_f32(tokens, -0.1f, -0.025f, false, 500 + i), device_bf16(tokens * kDim, 1, 1, true, 600 + i),
                       device_f32(states, 0.1f, 1.f, true, 700 + i)});
   time_launches(state, kSets, [&](int i) {
-    kc::DeltaRuleDecodeParams p;
+    kdr::DecodeParams p;
     p.dtype = DType::bf16, p.batch = B, p.heads = kHeads, p.tokens = T, p.key_dim = kDim, p.value_dim = kDim;
+    kdr::set_contiguous_strides(p);
     p.q = sets[i].q, p.k = sets[i].k, p.v = sets[i].v, p.beta = sets[i].beta, p.output = sets[i].o;
     p.log_gate = gated ? static_cast<const float*>(sets[i].gate) : nullptr;
     p.initial_state = static_cast<const float*>(sets[i].s), p.final_state = static_cast<float*>(sets[i].s);  // in place
-    kc::delta_rule_decode(p);
-  });
+    kdr::decode(p);
+  }, queued);
   const double bytes = 2.0 * states * 4 + 4.0 * tokens * kDim * 2;  // state in and out, q, k, v, o
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOPs"] = benchmark::Counter(6.0 * states * T, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_DeltaRuleDecode(benchmark::State& state) { decode_benchmark(state, false); }
+void BM_DeltaRuleDecodeQueued(benchmark::State& state) { decode_benchmark(state, true); }
 
 }  // namespace
 
@@ -215,6 +224,8 @@ BENCHMARK(BM_DeltaRuleBackwardStatePass)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardChunkGradients)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleDecode)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DeltaRuleDecodeQueued)->ArgNames({"B", "gated"})->ArgsProduct({{kDecodeBatch}, {0, 1}})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 
 BENCHMARK_MAIN();

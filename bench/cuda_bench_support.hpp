@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -58,18 +59,36 @@ inline void* device_workspace(std::size_t bytes) {
 }
 
 // Times one launch per iteration with CUDA events; launch(i) runs on input set i of `sets`.
+// On an idle GPU the start event is taken as soon as it is recorded, so the time also holds the host's
+// argument validation and kernel submission. With `queued`, a host function ahead of the start event
+// holds the stream until the iteration's launch and stop event are submitted: the events then bracket the
+// GPU's work alone (nvbench's blocking kernel does the same). launch(i) must then make no synchronizing
+// CUDA call (it would wait for the held stream forever).
 template <class Launch>
-void time_launches(benchmark::State& state, int sets, Launch&& launch) {
+void time_launches(benchmark::State& state, int sets, Launch&& launch, bool queued = false) {
   cudaEvent_t start, stop;
   cuda::check(cudaEventCreate(&start), "cudaEventCreate");
   cuda::check(cudaEventCreate(&stop), "cudaEventCreate");
   launch(0);  // warm-up (also sets the kernels' shared-memory limits)
   cuda::check(cudaDeviceSynchronize(), "warm-up");
+  std::atomic<bool> submitted{false};
+  const auto hold = [](void* flag) {
+    while (!static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_acquire)) {}
+  };
+  struct Release {  // lets the stream go on every path out of the submission, a throw included
+    std::atomic<bool>& flag;
+    ~Release() { flag.store(true, std::memory_order_release); }
+  };
   int i = 0;
   for (auto _ : state) {
-    cuda::check(cudaEventRecord(start), "cudaEventRecord");
-    launch(++i % sets);
-    cuda::check(cudaEventRecord(stop), "cudaEventRecord");
+    submitted.store(false, std::memory_order_relaxed);
+    if (queued) cuda::check(cudaLaunchHostFunc(nullptr, hold, &submitted), "cudaLaunchHostFunc");
+    {
+      const Release release{submitted};
+      cuda::check(cudaEventRecord(start), "cudaEventRecord");
+      launch(++i % sets);
+      cuda::check(cudaEventRecord(stop), "cudaEventRecord");
+    }
     cuda::check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     cuda::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");

@@ -1,4 +1,5 @@
-// DeltaNet and Gated DeltaNet: chunkwise WY forward (two kernels) and recurrent decode, host side.
+// DeltaNet and Gated DeltaNet: chunkwise WY forward (two kernels) and recurrent decode, host side:
+// validation, workspace, dispatch; the public entry points and the forward's per-stage test seams.
 // The kernels are in delta_rule_forward_kernels.cuh (also compiled by the CPU emulation).
 //
 // Precision plan (where values are rounded to the input dtype, and why):
@@ -18,102 +19,130 @@
 //   * P = Q Kᵀ ⊙ Γ ⊙ M is formed in fp32 and rounded to the input dtype as an MMA operand.
 #include "cuda/delta_rule.h"
 
+#include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
+#include "cuda/decode_kernels.cuh"
 #include "cuda/delta_rule_forward_kernels.cuh"
+#include "cuda/testing/delta_rule_stages.h"
 
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
-namespace deltaproof::cuda {
+namespace deltaproof::cuda::delta_rule {
 namespace {
 
 using namespace forward_kernels;
 
-// ---------------------------------------------------------------------------------------
-// Host side: validation, then launch.
-
 bool aligned_to(const void* pointer, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0; }
 
-// The register scan when the inputs allow it: 16-bit, DK ≤ 128, DK and DV multiples of 8 and 16-byte
-// aligned rows (cp.async). Otherwise the fallback scan runs.
-bool register_scan(const DeltaRuleForwardParams& p) {
+// Every step between rows a multiple of `elements` (dimensions of one entry never step).
+bool strides_multiple_of(const Strides& s, int batch, int heads, int rows, std::int64_t elements) {
+  return (batch == 1 || s.batch % elements == 0) && (heads == 1 || s.head % elements == 0) && (rows == 1 || s.row % elements == 0);
+}
+
+// W and U from the workspace where the caller left them null, in a fixed order; `bytes` receives the
+// workspace size those need.
+ForwardStageParams resolve(const ForwardStageParams& p, std::size_t* bytes) {
+  const std::size_t tokens = std::size_t(p.batch) * p.heads * p.length, es = size_of(p.dtype);
+  WorkspaceCarver workspace(p.workspace);
+  ForwardStageParams r = p;
+  r.w = workspace.take(p.w, tokens * p.key_dim * es);
+  r.u = workspace.take(p.u, tokens * p.value_dim * es);
+  if (bytes != nullptr) *bytes = workspace.bytes();
+  return r;
+}
+
+// The register scan when the inputs allow it: 16-bit, DK ≤ 128, DK and DV multiples of 8, rows of q,
+// k, W and U 16-byte aligned (cp.async), output pairs 4-byte aligned. Otherwise the fallback scan runs.
+bool register_scan(const ForwardStageParams& p) {
+  const int B = p.batch, H = p.heads, L = p.length;
   return p.dtype != DType::f32 && p.key_dim <= kTcKeys && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
-         aligned_to(p.q, 16) && aligned_to(p.k, 16) && aligned_to(p.w, 16) && aligned_to(p.u, 16) && aligned_to(p.output, 4);
+         aligned_to(p.q, 16) && strides_multiple_of(p.q_strides, B, H, L, 8) && aligned_to(p.k, 16) &&
+         strides_multiple_of(p.k_strides, B, H, L, 8) && aligned_to(p.w, 16) && aligned_to(p.u, 16) &&
+         aligned_to(p.output, 4) && strides_multiple_of(p.output_strides, B, H, L, 2);
 }
 
-void require_data(const void* pointer, DType dtype, const std::string& name) {
-  require_device_pointer(pointer, name);
-  require_aligned(pointer, size_of(dtype), name);
-}
-void require_optional(const void* pointer, const std::string& name) {
-  if (pointer == nullptr) return;
-  require_device_pointer(pointer, name);
-  require_aligned(pointer, 4, name);
+void require_shape(DType dtype, int batch, int heads, int length, const char* length_name, int key_dim, int value_dim) {
+  require_dtype(dtype, {DType::f32, DType::bf16, DType::f16});
+  require_sizes(batch, heads, length, length_name, key_dim, value_dim);
 }
 
-void require_common(DType dtype, int batch, int heads, int length, int key_dim, int value_dim, const char* length_name) {
-  require_argument(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "dtype",
-                   "must be fp32, bf16 or fp16, got " + name_of(dtype));
-  require_argument(batch >= 1, "batch", "must be >= 1, got " + std::to_string(batch));
-  require_argument(heads >= 1, "heads", "must be >= 1, got " + std::to_string(heads));
-  require_argument(static_cast<long long>(batch) * heads <= 65535, "batch*heads",
-                   "must be <= 65535, got " + std::to_string(static_cast<long long>(batch) * heads));
-  require_sequence_length(length, length_name);
-  require_argument(key_dim >= 1 && key_dim <= kMaxHeadDim, "key_dim",
-                   "must be in 1..256, got " + std::to_string(key_dim));
-  require_argument(value_dim >= 1 && value_dim <= kMaxHeadDim, "value_dim",
-                   "must be in 1..256, got " + std::to_string(value_dim));
+std::vector<TensorArgument> tensors_of(const ForwardStageParams& p) {
+  const std::size_t es = size_of(p.dtype);
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim, H = p.heads, C = p.chunk_size, N = chunk_count(L, C);
+  return {{"q", p.q, p.q_strides, L, DK, es},
+          {"k", p.k, p.k_strides, L, DK, es},
+          {"v", p.v, p.v_strides, L, DV, es},
+          {"beta", p.beta, p.beta_strides, L, 1, es},
+          {"log_gate", p.log_gate, p.log_gate_strides, L, 1, 4, false, false},
+          {"initial_state", p.initial_state, p.initial_state_strides, DV, DK, 4, false, false},
+          {"output", p.output, p.output_strides, L, DV, es, true},
+          {"final_state", p.final_state, p.final_state_strides, DV, DK, 4, true},
+          {"w", p.w, contiguous(H, L, DK), L, DK, es, true, false},
+          {"u", p.u, contiguous(H, L, DV), L, DV, es, true, false},
+          {"w_lo", p.w_lo, contiguous(H, L, DK), L, DK, es, true, false},
+          {"u_lo", p.u_lo, contiguous(H, L, DV), L, DV, es, true, false},
+          {"wy_system", p.wy_system, contiguous(H, N, C * C), N, C * C, 4, true, false},
+          {"wy_inverse", p.wy_inverse, contiguous(H, N, C * C), N, C * C, 4, true, false},
+          {"v_new", p.v_new, contiguous(H, L, DV), L, DV, 4, true, false},
+          {"boundary_states", p.boundary_states, contiguous(H, N, DV * DK), N, DV * DK, 4, true, false}};
 }
 
-void validate(const DeltaRuleForwardParams& p) {
-  require_common(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, "length");
-  require_argument(p.chunk_size == 16 || p.chunk_size == 32 || p.chunk_size == 64, "chunk_size",
-                   "must be 16, 32 or 64, got " + std::to_string(p.chunk_size));
-  require_data(p.q, p.dtype, "q");
-  require_data(p.k, p.dtype, "k");
-  require_data(p.v, p.dtype, "v");
-  require_data(p.beta, p.dtype, "beta");
-  require_data(p.output, p.dtype, "output");
-  require_data(p.w, p.dtype, "w");
-  require_data(p.u, p.dtype, "u");
-  require_device_pointer(p.final_state, "final_state");
-  require_aligned(p.final_state, 4, "final_state");
-  require_optional(p.log_gate, "log_gate");
-  require_optional(p.initial_state, "initial_state");
-  require_optional(p.wy_system, "wy_system");
-  require_optional(p.wy_inverse, "wy_inverse");
-  require_optional(p.v_new, "v_new");
-  require_optional(p.boundary_states, "boundary_states");
-  for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w_lo, "w_lo"}, {p.u_lo, "u_lo"}}) {
-    if (pointer == nullptr) continue;
-    require_argument(p.dtype != DType::f32, name, "is for 16-bit inputs only (fp32 W and U are stored exactly)");
-    require_data(pointer, p.dtype, name);
-  }
+// Order: everything that needs no CUDA call first (dtype, sizes, chunk size, strides, null pointers,
+// aliasing), then device pointers and alignment.
+void validate_stages(const ForwardStageParams& p) {
+  require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  require_chunk_size(p.chunk_size);
+  for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w_lo, "w_lo"}, {p.u_lo, "u_lo"}})
+    require_argument(pointer == nullptr || p.dtype != DType::f32, name, "is for 16-bit inputs only (fp32 W and U are stored exactly)");
+  std::size_t bytes = 0;
+  resolve(p, &bytes);
+  require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
+                   "must not be null: " + std::to_string(bytes) + " bytes are needed (workspace_bytes)");
+  const auto tensors = tensors_of(p);
+  require_tensor_arguments(p.batch, p.heads, tensors, {packed_extent("workspace", p.workspace, bytes, true)});
+  require_device_tensors(tensors);
+  if (bytes != 0) require_tensor(p.workspace, workspace_alignment, "workspace");
 }
 
-template <class Kernel>
+std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
+  const std::size_t es = size_of(p.dtype);
+  const int T = p.tokens, DK = p.key_dim, DV = p.value_dim;
+  const bool in_place = decode_state_in_place(p.initial_state, p.initial_state_strides, p.final_state, p.final_state_strides);
+  return {{"q", p.q, p.q_strides, T, DK, es},
+          {"k", p.k, p.k_strides, T, DK, es},
+          {"v", p.v, p.v_strides, T, DV, es},
+          {"beta", p.beta, p.beta_strides, T, 1, es},
+          {"log_gate", p.log_gate, p.log_gate_strides, T, 1, 4, false, false},
+          {"initial_state", in_place ? nullptr : p.initial_state, p.initial_state_strides, DV, DK, 4, false, false},
+          {"output", p.output, p.output_strides, T, DV, es, true},
+          {"final_state", p.final_state, p.final_state_strides, DV, DK, 4, true}};
+}
+
+template <class Kernel, class... Args>
 void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const std::string& name,
-            const DeltaRuleForwardParams& p) {
+            const Args&... args) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "shared-memory size of " + name);
-  kernel<<<grid, threads, smem, stream>>>(p);
+  kernel<<<grid, threads, smem, stream>>>(args...);
   check_launch(name);
 }
 
 template <class T, int C>
-void prepare_typed(const DeltaRuleForwardParams& p) {
-  const std::size_t smem = prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
+void prepare_typed(const ForwardStageParams& p, cudaStream_t stream) {
+  const std::size_t smem = wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
   const dim3 grid(chunk_count(p.length, C), p.batch * p.heads);
-  launch(wy_prepare_kernel<T, C>, grid, kPrepareThreads, smem, p.stream,
-         "wy_prepare_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+  launch(wy_prepare_async_kernel<T, C>, grid, wy_prepare_async_threads(C), smem, stream,
+         "wy_prepare_async_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
 }
 
 template <class T, int C, int BV>
-void fallback_scan(const DeltaRuleForwardParams& p) {
+void fallback_scan(const ForwardStageParams& p, cudaStream_t stream) {
   const std::size_t smem = scan_layout(sizeof(T), C, BV, p.key_dim).bytes;
   const dim3 grid((p.value_dim + BV - 1) / BV, p.batch * p.heads);
-  launch(chunk_scan_shared_kernel<T, C, BV>, grid, kScanThreads, smem, p.stream,
+  launch(chunk_scan_shared_kernel<T, C, BV>, grid, kScanThreads, smem, stream,
          "chunk_scan_shared_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ", BV=" + std::to_string(BV) + ">", p);
 }
 
@@ -129,7 +158,7 @@ int max_shared_bytes() {
 
 // Value rows of S per fallback-scan block: 64, halved until its shared memory fits (DK = 256 with 64
 // does not on the H200); fp32 inputs always 16 (shared memory).
-int fitting_slice(const DeltaRuleForwardParams& p, int element_size, int chunk) {
+int fitting_slice(const ForwardStageParams& p, int element_size, int chunk) {
   int slice = kDefaultValueSlice;
   while (slice > 16 && scan_layout(element_size, chunk, slice, p.key_dim).bytes > static_cast<std::size_t>(max_shared_bytes()))
     slice /= 2;
@@ -137,31 +166,31 @@ int fitting_slice(const DeltaRuleForwardParams& p, int element_size, int chunk) 
 }
 
 template <class T, int C>
-void scan_typed(const DeltaRuleForwardParams& p) {
+void scan_typed(const ForwardStageParams& p, cudaStream_t stream) {
   if constexpr (!kTensorCore<T>) {
-    fallback_scan<T, C, 16>(p);
+    fallback_scan<T, C, 16>(p, stream);
   } else if (register_scan(p)) {
     constexpr std::size_t smem = tc_scan_layout(C).bytes;
     const dim3 grid((p.value_dim + kTcSlice - 1) / kTcSlice, p.batch * p.heads);
-    launch(chunk_scan_registers_kernel<T, C>, grid, kTcScanThreads, smem, p.stream,
-           "chunk_scan_registers_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
+    launch(chunk_scan_registers_kernel<T, C>, grid, kTcScanThreads, smem, stream,
+           "chunk_scan_registers_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p, StatePassOutputs{});
   } else {
     switch (fitting_slice(p, sizeof(T), C)) {
-      case 16: return fallback_scan<T, C, 16>(p);
-      case 32: return fallback_scan<T, C, 32>(p);
-      default: return fallback_scan<T, C, 64>(p);
+      case 16: return fallback_scan<T, C, 16>(p, stream);
+      case 32: return fallback_scan<T, C, 32>(p, stream);
+      default: return fallback_scan<T, C, 64>(p, stream);
     }
   }
 }
 
 template <template <class, int> class Op>
-void dispatch(const DeltaRuleForwardParams& p) {
+void dispatch(const ForwardStageParams& p, cudaStream_t stream) {
   auto by_chunk = [&](auto type_tag) {
     using T = decltype(type_tag);
     switch (p.chunk_size) {
-      case 16: return Op<T, 16>::run(p);
-      case 32: return Op<T, 32>::run(p);
-      default: return Op<T, 64>::run(p);
+      case 16: return Op<T, 16>::run(p, stream);
+      case 32: return Op<T, 32>::run(p, stream);
+      default: return Op<T, 64>::run(p, stream);
     }
   };
   switch (p.dtype) {
@@ -173,58 +202,92 @@ void dispatch(const DeltaRuleForwardParams& p) {
 
 template <class T, int C>
 struct PrepareOp {
-  static void run(const DeltaRuleForwardParams& p) { prepare_typed<T, C>(p); }
+  static void run(const ForwardStageParams& p, cudaStream_t stream) { prepare_typed<T, C>(p, stream); }
 };
 template <class T, int C>
 struct ScanOp {
-  static void run(const DeltaRuleForwardParams& p) { scan_typed<T, C>(p); }
+  static void run(const ForwardStageParams& p, cudaStream_t stream) { scan_typed<T, C>(p, stream); }
 };
 
+// The row-group decode of cuda/decode_kernels.cuh (decode_kernel above it is the previous version,
+// kept until the H200 has timed both: NOTES_delta.md).
 template <class T>
-void decode_typed(const DeltaRuleDecodeParams& p) {
-  constexpr int rows_per_block = kDecodeThreads / 32;
-  const dim3 grid((p.value_dim + rows_per_block - 1) / rows_per_block, p.batch * p.heads);
-  const std::string name = "decode_kernel<" + name_of(p.dtype) + ">";
-  if (p.key_dim <= 64) decode_kernel<T, 2><<<grid, kDecodeThreads, 0, p.stream>>>(p);
-  else if (p.key_dim <= 128) decode_kernel<T, 4><<<grid, kDecodeThreads, 0, p.stream>>>(p);
-  else decode_kernel<T, 8><<<grid, kDecodeThreads, 0, p.stream>>>(p);
-  check_launch(name);
+void decode_typed(const DecodeParams& p, cudaStream_t stream) {
+  decoding::DecodeView view = decoding::view_of(p);
+  decoding::set_vector_access(view, sizeof(T), sizeof(float));
+  decoding::with_row_shape(view, [&](auto shape) {
+    using Shape = decltype(shape);
+    decoding::delta_rule_decode_kernel<T, Shape>
+        <<<decoding::grid_of(view, Shape::kLanes), decoding::kThreads, 0, stream>>>(view);
+  });
+  check_launch("delta_rule_decode_kernel<" + name_of(p.dtype) + ">");
 }
 
 }  // namespace
 
-void delta_rule_wy_prepare(const DeltaRuleForwardParams& params) {
-  validate(params);
-  dispatch<PrepareOp>(params);
+void set_contiguous_strides(ForwardParams& p) {
+  p.q_strides = p.k_strides = contiguous(p.heads, p.length, p.key_dim);
+  p.v_strides = p.output_strides = contiguous(p.heads, p.length, p.value_dim);
+  p.beta_strides = p.log_gate_strides = contiguous(p.heads, p.length, 1);
+  p.initial_state_strides = p.final_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
+}
+void set_contiguous_strides(DecodeParams& p) {
+  p.q_strides = p.k_strides = contiguous(p.heads, p.tokens, p.key_dim);
+  p.v_strides = p.output_strides = contiguous(p.heads, p.tokens, p.value_dim);
+  p.beta_strides = p.log_gate_strides = contiguous(p.heads, p.tokens, 1);
+  p.initial_state_strides = p.final_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
 }
 
-void delta_rule_chunk_scan(const DeltaRuleForwardParams& params) {
-  validate(params);
-  dispatch<ScanOp>(params);
+std::size_t workspace_bytes(const ForwardParams& p) { return testing::workspace_bytes(ForwardStageParams{p, {}}); }
+void validate(const ForwardParams& p) { validate_stages(ForwardStageParams{p, {}}); }
+void forward(const ForwardParams& p, cudaStream_t stream) { testing::forward(ForwardStageParams{p, {}}, stream); }
+
+void validate(const DecodeParams& p) {
+  require_shape(p.dtype, p.batch, p.heads, p.tokens, "tokens", p.key_dim, p.value_dim);
+  const auto tensors = tensors_of(p);
+  require_tensor_arguments(p.batch, p.heads, tensors);
+  require_device_tensors(tensors);
 }
 
-void delta_rule_forward(const DeltaRuleForwardParams& params) {
-  validate(params);
-  dispatch<PrepareOp>(params);
-  dispatch<ScanOp>(params);
-}
-
-void delta_rule_decode(const DeltaRuleDecodeParams& p) {
-  require_common(p.dtype, p.batch, p.heads, p.tokens, p.key_dim, p.value_dim, "tokens");
-  require_data(p.q, p.dtype, "q");
-  require_data(p.k, p.dtype, "k");
-  require_data(p.v, p.dtype, "v");
-  require_data(p.beta, p.dtype, "beta");
-  require_data(p.output, p.dtype, "output");
-  require_device_pointer(p.final_state, "final_state");
-  require_aligned(p.final_state, 4, "final_state");
-  require_optional(p.log_gate, "log_gate");
-  require_optional(p.initial_state, "initial_state");
+void decode(const DecodeParams& p, cudaStream_t stream) {
+  validate(p);
   switch (p.dtype) {
-    case DType::f32: return decode_typed<float>(p);
-    case DType::bf16: return decode_typed<__nv_bfloat16>(p);
-    default: return decode_typed<__half>(p);
+    case DType::f32: return decode_typed<float>(p, stream);
+    case DType::bf16: return decode_typed<__nv_bfloat16>(p, stream);
+    default: return decode_typed<__half>(p, stream);
   }
 }
 
-}  // namespace deltaproof::cuda
+namespace testing {
+
+bool uses_register_scan(const ForwardStageParams& p) { return register_scan(resolve(p, nullptr)); }
+
+std::size_t workspace_bytes(const ForwardStageParams& p) {
+  require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  std::size_t bytes = 0;
+  resolve(p, &bytes);
+  return bytes;
+}
+
+void validate(const ForwardStageParams& p) { validate_stages(p); }
+
+void wy_prepare(const ForwardStageParams& p, cudaStream_t stream) {
+  validate_stages(p);
+  dispatch<PrepareOp>(resolve(p, nullptr), stream);
+}
+
+void chunk_scan(const ForwardStageParams& p, cudaStream_t stream) {
+  validate_stages(p);
+  dispatch<ScanOp>(resolve(p, nullptr), stream);
+}
+
+void forward(const ForwardStageParams& p, cudaStream_t stream) {
+  validate_stages(p);
+  const ForwardStageParams r = resolve(p, nullptr);
+  dispatch<PrepareOp>(r, stream);
+  dispatch<ScanOp>(r, stream);
+}
+
+}  // namespace testing
+
+}  // namespace deltaproof::cuda::delta_rule

@@ -1,100 +1,61 @@
-// DeltaNet and Gated DeltaNet kernels: chunkwise WY forward and recurrent decode.
+// DeltaNet and Gated DeltaNet on the GPU: host API (no Eigen, no Boost; nvcc compiles it).
 //
 //   DeltaNet        S_t = S_{t-1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ,          o_t = S_t q_t
 //   Gated DeltaNet  S_t = α_t S_{t-1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ,  α_t = exp(g_t)
 //
-// Host API only (no Eigen, no Boost). Layouts as DESIGN.md: q, k [B, H, L, DK]; v, o
-// [B, H, L, DV]; β [B, H, L] in the input dtype; log-gates g [B, H, L] in fp32; states
-// [B, H, DV, DK] in fp32. Chunk-level intermediates are [B, H, N, ...] with N = ceil(L / C).
+// Three launchers, each validating every argument before anything runs (the API shape of
+// linear_attention.h):
+//   forward   — the chunkwise WY form, two kernels (below), S_0 in and S_L out
+//   backward  — the gradients of <dO, O> + <dS_L, S_L> with respect to q, k, v, β, g and S_0
+//   decode    — the token recurrence over T new tokens, state in and out
+// Tensors are [B, H, rows, cols] with the column stride 1 and explicit batch/head/row strides in
+// elements (cuda/layout.hpp's Strides; set_contiguous_strides fills them for packed tensors; fla's
+// [B, T, H, D] is {T·H·D, D, H·D}). β, g and their gradients are per-token vectors [B, H, L], i.e.
+// [B, H, L, 1]: their `row` stride is the token stride. q, k, v, β, the output and the gradients dq,
+// dk, dv, dβ share one dtype; log-gates g = ln α and states are in the accumulation type (fp32; fp64
+// for the backward's fp64 inputs). No implicit scale: q is used as given. Bad arguments throw
+// std::invalid_argument naming the argument (nothing launched, no output touched); CUDA failures throw
+// cuda::CudaError carrying the kernel's name.
+//
+// Memory: no output may share a byte with any other tensor, input or output (validate compares the
+// address ranges the strides imply and names both tensors); the one exception is decode's state
+// updated in place, initial_state == final_state with equal strides. The workspace (forward: W and U;
+// backward: its intermediates) is workspace_bytes(p) bytes of device memory, 256-byte aligned.
+//
+// Inputs are computed with, not refused (no check reads them), as the oracle takes any real β and g
+// (bad_inputs_gpu_test.cpp states each case below as a test):
+//   * β outside [0, 1]: computed (β > 1 or β < 0 make I − β k kᵀ expand); g > 0 (α > 1, the state
+//     grows): computed. α ≤ 0 cannot be given: the kernels take g = ln α. g = −∞ (α = 0, a reset) is
+//     taken by decode as α = 0, while the chunkwise forward meets −∞ − (−∞) = NaN in its in-chunk
+//     decays and treats it as a NaN (below); start a new sequence to reset a state there.
+//   * NaN and ±Inf are IEEE numbers like any other, and in the forward and decode they go where the
+//     recurrence carries them. A NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or
+//     ±Inf, every other output and the states bit for bit those without it. A NaN in k_t, β_t or g_t
+//     makes S_t and every later state NaN, hence every entry of o_s for s ≥ t and of the final state;
+//     a NaN in v_t[r] does the same to value row r alone (row r of the states, column r of o_s for
+//     s ≥ t; every other entry bit for bit unchanged). Outputs of tokens before t's 16-token tile are
+//     bit for bit unchanged; those between the tile's start and t may be NaN too: the chunkwise kernels
+//     multiply masked-out zeros by the tile's values, and 0 · NaN = NaN. Decode runs the recurrence
+//     token by token: o_s for s < t is unchanged.
+//   * The backward computes them by the same arithmetic; which gradients NaN and Inf reach is not stated.
+// fp16 and bf16 outputs round once; an exact output past the dtype's range becomes ±Inf (IEEE overflow).
 //
 // The chunkwise forward is two kernels:
 //   1. wy_prepare (one block per chunk): A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ), its inverse T by
 //      16×16 forward substitution merged 16→32→64, W = T diag(β γ) K and U = T diag(β) V.
 //   2. chunk_scan (one block per head and DV slice, sequential over chunks): V̄ = U − W S_[c]ᵀ,
 //      O = diag(γ) Q S_[c]ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) V̄, S_[c+1] = γ_C S_[c] + (diag(γ_C/γ) V̄)ᵀ K.
-//      The fast path (16-bit inputs, DK ≤ 128, DK and DV multiples of 8, 16-byte aligned rows) keeps the
-//      fp32 state slice in registers on raw mma.sync; every other input takes the one fallback, the state
-//      in shared memory (cuda/delta_rule_forward_kernels.cuh).
+//      The register scan (16-bit inputs, DK ≤ 128, DK and DV multiples of 8) keeps the fp32 state slice
+//      in registers on raw mma.sync and copies q and k rows with 16-byte cp.async: it runs where q and k
+//      are 16-byte aligned with every stride a multiple of 8 elements and the output is 4-byte aligned
+//      with even strides. Every other input takes the one fallback, the state in shared memory
+//      (delta_rule_forward_kernels.cuh); its results differ from the register scan's within the bounds.
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
-#pragma once
-
-#include "cuda/types.hpp"
-
-#include <cuda_runtime.h>
-
-#include <cstddef>
-
-namespace deltaproof::cuda {
-
-// Flat parameters of the chunkwise forward (flash-attention's params-struct style). Every
-// tensor is contiguous in the layout given; optional pointers may be null.
-struct DeltaRuleForwardParams {
-  DType dtype = DType::bf16;  // of q, k, v, beta, output, w, u
-  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0;
-  int chunk_size = 64;  // 16, 32 or 64
-
-  const void* q = nullptr;     // [B, H, L, DK]
-  const void* k = nullptr;     // [B, H, L, DK]
-  const void* v = nullptr;     // [B, H, L, DV]
-  const void* beta = nullptr;  // [B, H, L]
-  const float* log_gate = nullptr;       // [B, H, L] fp32 g_t = ln α_t; null: DeltaNet (α ≡ 1)
-  const float* initial_state = nullptr;  // [B, H, DV, DK] fp32; null: S_0 = 0
-
-  void* output = nullptr;       // [B, H, L, DV] dtype
-  float* final_state = nullptr;  // [B, H, DV, DK] fp32 (required)
-  void* w = nullptr;             // [B, H, L, DK] dtype: W, written by stage 1, read by stage 2 (required)
-  void* u = nullptr;             // [B, H, L, DV] dtype: U, likewise (required)
-
-  // Optional: the residuals of W's and U's roundings, stored in the dtype (x = w + w_lo to about 16 bits
-  // for bf16; 16-bit inputs only). The backward's own forward asks for them.
-  void* w_lo = nullptr;  // [B, H, L, DK] dtype
-  void* u_lo = nullptr;  // [B, H, L, DV] dtype
-
-  // Optional intermediates for stage tests (null: not written).
-  float* wy_system = nullptr;        // [B, H, N, C, C] fp32: A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)
-  float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹ (rows past a partial chunk: identity)
-  float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ
-  float* boundary_states = nullptr;  // [B, H, N, DV, DK] fp32: S_[c], the state before chunk c
-
-  cudaStream_t stream = nullptr;
-};
-
-// Runs both stages. Throws std::invalid_argument (naming the argument, nothing launched) on a
-// bad argument and CudaError (with the kernel's name) when a launch fails.
-void delta_rule_forward(const DeltaRuleForwardParams& params);
-
-// The two stages one at a time (delta_rule_forward calls both), for per-stage timing.
-void delta_rule_wy_prepare(const DeltaRuleForwardParams& params);
-void delta_rule_chunk_scan(const DeltaRuleForwardParams& params);
-
-// Recurrent decode: T new tokens from a given (or zero) state, the state kept in fp32.
-struct DeltaRuleDecodeParams {
-  DType dtype = DType::bf16;  // of q, k, v, beta, output
-  int batch = 0, heads = 0, tokens = 0, key_dim = 0, value_dim = 0;
-
-  const void* q = nullptr;     // [B, H, T, DK]
-  const void* k = nullptr;     // [B, H, T, DK]
-  const void* v = nullptr;     // [B, H, T, DV]
-  const void* beta = nullptr;  // [B, H, T]
-  const float* log_gate = nullptr;       // [B, H, T] fp32; null: DeltaNet
-  const float* initial_state = nullptr;  // [B, H, DV, DK] fp32; null: zero; may equal final_state (in place)
-
-  void* output = nullptr;        // [B, H, T, DV] dtype
-  float* final_state = nullptr;  // [B, H, DV, DK] fp32
-
-  cudaStream_t stream = nullptr;
-};
-
-void delta_rule_decode(const DeltaRuleDecodeParams& params);
-
-// ---------------------------------------------------------------------------------------
-// Backward of the chunkwise form (cuda/delta_rule_backward.cu; design and status in NOTES_delta.md).
 //
-// Gradients of L = <dO, O> + <dS_L, S_L> with respect to q, k, v, β, g and S_0. Four kernels, each
-// a straight transcription of reference/{delta_rule,gated_delta_rule}.hpp's chunk_backward:
-//   1. prepare (one block per chunk): G_i = Σ_{t ≤ i in the chunk} g_t, A, T = A⁻¹ (forward
-//      substitution), W = T diag(βγ) K, U = T diag(β) V, P = Q Kᵀ ⊙ D ⊙ M.
+// The backward (delta_rule_backward.cu; design, precision plan and status in NOTES_delta.md) is four
+// kernels, each a straight transcription of reference/{delta_rule,gated_delta_rule}.hpp's chunk_backward:
+//   1. prepare (one block per chunk): G_i, A, T = A⁻¹ (forward substitution), W, U, P = Q Kᵀ ⊙ D ⊙ M.
 //   2. state scan (one block per head and 16 value rows, chunks in order): S_[c], V̄ = U − W S_[c]ᵀ.
 //   3. gradient scan (the same blocks, chunks in reverse): G_[c+1] = dL/dS_[c+1] from G_[N] = dS_L,
 //      dV̄ = Pᵀ dO + diag(λ) K G_[c+1]ᵀ, G_[c] = γ_C G_[c+1] + dOᵀ diag(γ) Q − dV̄ᵀ W.
@@ -105,81 +66,94 @@ void delta_rule_decode(const DeltaRuleDecodeParams& params);
 // operand is rounded to the input dtype, only the gradients dq, dk, dv, dβ when they are stored.
 // Every sum runs in a fixed order (no atomics): repeated runs give the same bits. g = 0 runs the
 // same arithmetic as DeltaNet (every decay is exp(0) = 1), so its gradients are DeltaNet's bit for bit.
-//
-// "acc" below is the accumulation type: fp64 for dtype fp64, fp32 otherwise.
-struct DeltaRuleBackwardParams {
-  DType dtype = DType::bf16;  // of q, k, v, beta, d_output and of dq, dk, dv, d_beta (fp64 allowed)
-  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0;
-  int chunk_size = 64;  // 16, 32 or 64
+// The per-stage entry points and the intermediates between the stages are test seams:
+// cuda/testing/delta_rule_stages.h.
+#pragma once
 
-  const void* q = nullptr;              // [B, H, L, DK] dtype
-  const void* k = nullptr;              // [B, H, L, DK] dtype
-  const void* v = nullptr;              // [B, H, L, DV] dtype
-  const void* beta = nullptr;           // [B, H, L] dtype
-  const void* log_gate = nullptr;       // [B, H, L] acc: g_t = ln α_t; null: DeltaNet
-  const void* initial_state = nullptr;  // [B, H, DV, DK] acc; null: S_0 = 0
-  const void* d_output = nullptr;       // [B, H, L, DV] dtype: dO
-  const void* d_final_state = nullptr;  // [B, H, DV, DK] acc: dS_L; null: dS_L = 0
+#include "cuda/check.hpp"
+#include "cuda/layout.hpp"
+#include "cuda/types.hpp"
 
-  void* dq = nullptr;               // [B, H, L, DK] dtype
-  void* dk = nullptr;               // [B, H, L, DK] dtype
-  void* dv = nullptr;               // [B, H, L, DV] dtype
-  void* d_beta = nullptr;           // [B, H, L] dtype
-  void* d_log_gate = nullptr;       // [B, H, L] acc: dg; required with log_gate, null without
-  void* d_initial_state = nullptr;  // [B, H, DV, DK] acc: dS_0; null: not written
+#include <cuda_runtime.h>
 
-  // Workspace of delta_rule_backward_workspace_bytes(params) bytes (256-byte aligned), holding the
-  // intermediates below that are left null; may be null when that size is 0.
-  void* workspace = nullptr;
+#include <cstddef>
 
-  // Intermediates, all acc, N = ceil(L / C), C×C blocks with the identity (A, T) or zeros past a
-  // partial chunk. Given: written there (for stage tests); null: kept in the workspace.
-  void* gate_sums = nullptr;        // [B, H, L]: G_i = Σ_{t ≤ i in its chunk} g_t (zero for DeltaNet)
-  void* wy_inverse = nullptr;       // [B, H, N, C, C]: T = A⁻¹
-  void* w = nullptr;                // [B, H, L, DK]: W = T diag(β γ) K
-  void* u = nullptr;                // [B, H, L, DV]: U = T diag(β) V
-  void* scores = nullptr;           // [B, H, N, C, C]: P = Q Kᵀ ⊙ D on and below the diagonal, 0 above
-  void* boundary_states = nullptr;  // [B, H, N, DV, DK]: S_[c], the state before chunk c
-  void* v_new = nullptr;            // [B, H, L, DV]: V̄ = U − W S_[c]ᵀ
-  void* d_v_new = nullptr;          // [B, H, L, DV]: dV̄ (= dU)
-  void* state_gradients = nullptr;  // [B, H, N, DV, DK]: G_[c+1] = dL/dS_[c+1], entry N−1 is dS_L
-  void* d_w = nullptr;              // [B, H, L, DK]: dW = −dV̄ S_[c]
-  // Written only when given (nothing later reads them).
-  void* wy_system = nullptr;           // [B, H, N, C, C]: A = I + strictly_lower(diag(β) (K Kᵀ ⊙ D))
-  void* wy_system_adjoint = nullptr;   // [B, H, N, C, C]: E = dL/dA = strictly_lower(−Tᵀ dT Tᵀ)
-  void* gate_sum_gradients = nullptr;  // [B, H, L]: dL/dG_i
-  // The forward recomputed by stage 2 (null: not written): with fp64 inputs an fp64 forward.
-  void* output = nullptr;       // [B, H, L, DV] dtype: O = diag(γ) Q S_[c]ᵀ + P V̄
-  void* final_state = nullptr;  // [B, H, DV, DK] acc: S_L
+namespace deltaproof::cuda::delta_rule {
 
-  cudaStream_t stream = nullptr;
+using cuda::accumulator_dtype;  // of states and log-gates too: fp64 for the backward's fp64 inputs, else fp32
+using cuda::contiguous;
+using cuda::Strides;
+
+struct ForwardParams {
+  DType dtype = DType::bf16;  // q, k, v, beta, output: fp32, bf16 or fp16
+  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0, chunk_size = 64;  // C: 16, 32 or 64
+  const void* q = nullptr;     // [B, H, L, DK]
+  const void* k = nullptr;     // [B, H, L, DK]
+  const void* v = nullptr;     // [B, H, L, DV]
+  const void* beta = nullptr;  // [B, H, L]
+  const float* log_gate = nullptr;  // [B, H, L] fp32: g_t = ln α_t; null: DeltaNet (α ≡ 1)
+  void* output = nullptr;           // [B, H, L, DV]
+  Strides q_strides, k_strides, v_strides, beta_strides, log_gate_strides, output_strides;
+  const float* initial_state = nullptr;  // [B, H, DV, DK] fp32; null: S_0 = 0
+  float* final_state = nullptr;          // [B, H, DV, DK] fp32, required
+  Strides initial_state_strides, final_state_strides;
+  void* workspace = nullptr;  // workspace_bytes(p) bytes: W and U between the two kernels
 };
 
-// Bytes of workspace for these params (the intermediates left null). Throws std::invalid_argument
-// on bad sizes, like validate.
-std::size_t delta_rule_backward_workspace_bytes(const DeltaRuleBackwardParams& params);
+struct BackwardParams {
+  DType dtype = DType::bf16;  // q, k, v, beta, d_output, dq, dk, dv, d_beta: fp32, fp64, bf16 or fp16
+  int batch = 0, heads = 0, length = 0, key_dim = 0, value_dim = 0, chunk_size = 64;
+  const void* q = nullptr;         // [B, H, L, DK]
+  const void* k = nullptr;         // [B, H, L, DK]
+  const void* v = nullptr;         // [B, H, L, DV]
+  const void* beta = nullptr;      // [B, H, L]
+  const void* log_gate = nullptr;  // [B, H, L] accumulation type; null: DeltaNet
+  const void* d_output = nullptr;  // [B, H, L, DV]: dO
+  void* dq = nullptr;              // [B, H, L, DK]
+  void* dk = nullptr;              // [B, H, L, DK]
+  void* dv = nullptr;              // [B, H, L, DV]
+  void* d_beta = nullptr;          // [B, H, L]
+  void* d_log_gate = nullptr;      // [B, H, L] accumulation type: dg; required with log_gate, null without
+  Strides q_strides, k_strides, v_strides, beta_strides, log_gate_strides, d_output_strides;
+  Strides dq_strides, dk_strides, dv_strides, d_beta_strides, d_log_gate_strides;
+  const void* initial_state = nullptr;  // [B, H, DV, DK] accumulation type; null: S_0 = 0
+  const void* d_final_state = nullptr;  // [B, H, DV, DK] accumulation type: dS_L; null: dS_L = 0
+  void* d_initial_state = nullptr;      // [B, H, DV, DK] accumulation type: dS_0; null: not written
+  Strides initial_state_strides, d_final_state_strides, d_initial_state_strides;
+  void* workspace = nullptr;  // workspace_bytes(p) bytes (the intermediates between the kernels)
+};
 
-// Every argument, before any launch: sizes, chunk size, dtype and missing pointers first (no CUDA
-// call, so these fail the same with or without a device), then device pointers and alignment.
-// Throws std::invalid_argument naming the argument.
-void validate(const DeltaRuleBackwardParams& params);
+struct DecodeParams {
+  DType dtype = DType::bf16;  // q, k, v, beta, output: fp32, bf16 or fp16
+  int batch = 0, heads = 0, tokens = 1, key_dim = 0, value_dim = 0;
+  const void* q = nullptr;          // [B, H, T, DK]
+  const void* k = nullptr;          // [B, H, T, DK]
+  const void* v = nullptr;          // [B, H, T, DV]
+  const void* beta = nullptr;       // [B, H, T]
+  const float* log_gate = nullptr;  // [B, H, T] fp32; null: DeltaNet
+  void* output = nullptr;           // [B, H, T, DV]
+  Strides q_strides, k_strides, v_strides, beta_strides, log_gate_strides, output_strides;
+  const float* initial_state = nullptr;  // [B, H, DV, DK] fp32; null: S_0 = 0; may equal final_state (in place)
+  float* final_state = nullptr;          // [B, H, DV, DK] fp32, required
+  Strides initial_state_strides, final_state_strides;
+};
 
-// All four stages. CudaError (with the kernel's name) when a launch fails.
-void delta_rule_backward(const DeltaRuleBackwardParams& params);
+// Packed strides for every tensor of a params struct (the common case).
+void set_contiguous_strides(ForwardParams& p);
+void set_contiguous_strides(BackwardParams& p);
+void set_contiguous_strides(DecodeParams& p);
 
-// The stages one at a time (delta_rule_backward runs 1–4), for per-stage timing; each reads what
-// the previous ones wrote into the same intermediates.
-void delta_rule_backward_prepare(const DeltaRuleBackwardParams& params);         // 1
-void delta_rule_backward_state_scan(const DeltaRuleBackwardParams& params);      // 2
-void delta_rule_backward_gradient_scan(const DeltaRuleBackwardParams& params);   // 3
-void delta_rule_backward_chunk_gradients(const DeltaRuleBackwardParams& params);  // 4
+// Bytes of workspace the launch needs (0: none). Throws std::invalid_argument on bad sizes, like validate.
+std::size_t workspace_bytes(const ForwardParams& p);
+std::size_t workspace_bytes(const BackwardParams& p);
 
-// Stages 1 and 2 alone: the backward's own forward (output and final_state must be given; the
-// gradient outputs and d_output are not read). For fp64 inputs this is the fp64 forward whose
-// central differences the fp64 backward is checked against.
-void delta_rule_backward_forward(const DeltaRuleBackwardParams& params);
+// Validation alone (what the launchers call first); throws std::invalid_argument.
+void validate(const ForwardParams& p);
+void validate(const BackwardParams& p);
+void validate(const DecodeParams& p);
 
-// Number of chunks N = ceil(L / C).
-inline int chunk_count(int length, int chunk_size) { return (length + chunk_size - 1) / chunk_size; }
+void forward(const ForwardParams& p, cudaStream_t stream = nullptr);
+void backward(const BackwardParams& p, cudaStream_t stream = nullptr);
+void decode(const DecodeParams& p, cudaStream_t stream = nullptr);
 
-}  // namespace deltaproof::cuda
+}  // namespace deltaproof::cuda::delta_rule

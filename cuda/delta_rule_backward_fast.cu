@@ -1,14 +1,15 @@
 // DeltaNet / Gated DeltaNet backward on tensor cores (bf16 inputs, DK and DV ≤ 128 and multiples of 8,
 // 16-byte aligned rows), host side. Four launches:
-//   1. wy_prepare_kernel (the forward's), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
-//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ in
-//      fp32 with W, U, S and the update's V̄ entering the tensor cores as hi + lo;
-//   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1], chunks in reverse;
+//   1. wy_prepare_async_kernel (the forward's stage 1), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
+//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ as
+//      the hi + lo pairs that W, U, S and the update's V̄ also enter the tensor cores as;
+//   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1] (as pairs), chunks in reverse;
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg for every chunk at once.
 // Every other input takes delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
 #include "cuda/delta_rule_backward_fast.h"
 
+#include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule_backward_fast_kernels.cuh"
 
@@ -17,75 +18,73 @@
 #include <cstdint>
 #include <string>
 
-namespace deltaproof::cuda {
+namespace deltaproof::cuda::delta_rule {
 namespace {
 
 using namespace backward_fast_kernels;
 
-constexpr std::size_t kAlignment = 256;
-std::size_t aligned(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 bool aligned_to(const void* pointer, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0; }
+bool strides_multiple_of(const Strides& s, int batch, int heads, int rows, std::int64_t elements) {
+  return (batch == 1 || s.batch % elements == 0) && (heads == 1 || s.head % elements == 0) && (rows == 1 || s.row % elements == 0);
+}
+// Rows a kernel copies 16 bytes at a time (cp.async), or writes 4 bytes (a bf16 pair) at a time.
+bool copyable_rows(const void* data, const Strides& s, const BackwardParams& p) {
+  return aligned_to(data, 16) && strides_multiple_of(s, p.batch, p.heads, p.length, 8);
+}
+bool pair_rows(const void* data, const Strides& s, const BackwardParams& p) {
+  return aligned_to(data, 4) && strides_multiple_of(s, p.batch, p.heads, p.length, 2);
+}
 
-// The intermediates the caller did not give, carved out of the workspace in a fixed order (fp32 ones given
-// by the caller are used in place; W and U are bf16 pairs here, so they always live in the workspace and are
-// copied out in fp32, hi + lo exactly, when the caller asks for them).
-FastBuffers resolve_fast(const DeltaRuleBackwardParams& p, std::size_t* bytes) {
+// The intermediates, carved out of the workspace in a fixed order: T (fp32) in the caller's buffer when given;
+// W, U and the pairs that stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace, and copied out in
+// fp32 (hi + lo, exactly) where the caller gives the fp32 intermediates (the stage checks).
+FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
   const std::size_t heads = std::size_t(p.batch) * p.heads, L = p.length, C = p.chunk_size;
   const std::size_t N = (L + C - 1) / C, DK = p.key_dim, DV = p.value_dim;
-  char* base = static_cast<char*>(p.workspace);
-  std::size_t offset = 0;
-  auto take = [&](void* given, std::size_t count, std::size_t element) -> void* {
-    if (given != nullptr) return given;
-    void* at = base != nullptr ? base + offset : nullptr;
-    offset += aligned(heads * count * element);
-    return at;
-  };
+  WorkspaceCarver workspace(p.workspace);
+  const auto pairs = [&](std::size_t count) { return workspace.take(nullptr, heads * count * 2); };
   FastBuffers b{};
-  b.wy_inverse = static_cast<float*>(take(p.wy_inverse, N * C * C, 4));
-  b.w = take(nullptr, L * DK, 2);
-  b.w_lo = take(nullptr, L * DK, 2);
-  b.u = take(nullptr, L * DV, 2);
-  b.u_lo = take(nullptr, L * DV, 2);
-  b.boundary_states = static_cast<float*>(take(p.boundary_states, N * DV * DK, 4));
-  b.v_new = static_cast<float*>(take(p.v_new, L * DV, 4));
-  b.d_v_new = static_cast<float*>(take(p.d_v_new, L * DV, 4));
-  b.state_gradients = static_cast<float*>(take(p.state_gradients, N * DV * DK, 4));
+  b.wy_inverse = static_cast<float*>(workspace.take(p.wy_inverse, heads * N * C * C * 4));
+  b.w = pairs(L * DK), b.w_lo = pairs(L * DK), b.u = pairs(L * DV), b.u_lo = pairs(L * DV);
+  b.state_pass.s_hi = pairs(N * DV * DK), b.state_pass.s_lo = pairs(N * DV * DK);
+  b.state_pass.v_hi = pairs(L * DV), b.state_pass.v_lo = pairs(L * DV);
+  b.d_v_new_hi = pairs(L * DV), b.d_v_new_lo = pairs(L * DV);
+  b.state_gradients_hi = pairs(N * DV * DK), b.state_gradients_lo = pairs(N * DV * DK);
   b.gate_sums = static_cast<float*>(p.gate_sums);
   b.d_w = static_cast<float*>(p.d_w);
   b.wy_system_adjoint = static_cast<float*>(p.wy_system_adjoint);
   b.gate_sum_gradients = static_cast<float*>(p.gate_sum_gradients);
-  if (bytes != nullptr) *bytes = offset;
+  if (bytes != nullptr) *bytes = workspace.bytes();
   return b;
 }
 
-// The forward's parameters for stages 1 and 2, pointing at this backward's buffers.
-DeltaRuleForwardParams forward_params(const DeltaRuleBackwardParams& p, const FastBuffers& b, float* final_state) {
-  DeltaRuleForwardParams f;
+// The forward's parameters for stages 1 and 2: the user's inputs, this backward's buffers (the final state
+// only where the caller asks for it, packed).
+ForwardStageParams forward_params(const BackwardStageParams& p, const FastBuffers& b) {
+  ForwardStageParams f;
   f.dtype = p.dtype;
   f.batch = p.batch, f.heads = p.heads, f.length = p.length, f.key_dim = p.key_dim, f.value_dim = p.value_dim;
   f.chunk_size = p.chunk_size;
-  f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
-  f.log_gate = static_cast<const float*>(p.log_gate);
-  f.initial_state = static_cast<const float*>(p.initial_state);
-  f.final_state = final_state;
+  f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta, f.log_gate = static_cast<const float*>(p.log_gate);
+  f.q_strides = p.q_strides, f.k_strides = p.k_strides, f.v_strides = p.v_strides, f.beta_strides = p.beta_strides;
+  f.log_gate_strides = p.log_gate_strides;
+  f.initial_state = static_cast<const float*>(p.initial_state), f.initial_state_strides = p.initial_state_strides;
+  f.final_state = static_cast<float*>(p.final_state), f.final_state_strides = contiguous(p.heads, p.value_dim, p.key_dim);
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo;
   f.wy_system = static_cast<float*>(p.wy_system);
   f.wy_inverse = b.wy_inverse;
-  f.v_new = b.v_new;
-  f.boundary_states = b.boundary_states;
-  f.stream = p.stream;
   return f;
 }
 
 template <class Kernel, class... Args>
-void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const std::string& name, Args... args) {
+void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const std::string& name, const Args&... args) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "shared-memory size of " + name);
   kernel<<<grid, threads, smem, stream>>>(args...);
   check_launch(name);
 }
 
-// out = hi + lo (exact in fp32), for the caller's fp32 W or U.
+// out = hi + lo (exact in fp32), for the caller's fp32 copy of an intermediate.
 __global__ void sum_pairs_kernel(const __nv_bfloat16* hi, const __nv_bfloat16* lo, float* out, std::size_t count) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x)
     out[i] = __bfloat162float(hi[i]) + __bfloat162float(lo[i]);
@@ -100,56 +99,58 @@ void expose_pairs(const void* hi, const void* lo, void* out, std::size_t count, 
 }
 
 template <int C>
-void run_typed(const DeltaRuleBackwardParams& p, const FastBuffers& b, FastBackwardStage first, FastBackwardStage last) {
+void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream) {
   using T = __nv_bfloat16;
   const int N = chunk_count(p.length, C), heads = p.batch * p.heads, slices = (p.value_dim + kTcSlice - 1) / kTcSlice;
   const std::string suffix = "<bf16, C=" + std::to_string(C) + ">";
-  const DeltaRuleForwardParams f = forward_params(p, b, static_cast<float*>(p.final_state));
-  const auto runs = [&](FastBackwardStage s) { return first <= s && s <= last; };
-  if (runs(FastBackwardStage::prepare)) {
-    launch(wy_prepare_kernel<T, C>, dim3(N, heads), kPrepareThreads, prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-           p.stream, "wy_prepare_kernel" + suffix, f);
-    const std::size_t tokens = std::size_t(heads) * p.length;
-    expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, p.stream);
-    expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, p.stream);
+  const ForwardStageParams f = forward_params(p, b);
+  const std::size_t tokens = std::size_t(heads) * p.length, states = std::size_t(heads) * N * p.value_dim * p.key_dim;
+  const auto runs = [&](TensorCoreStage s) { return first <= s && s <= last; };
+  if (runs(TensorCoreStage::prepare)) {
+    launch(wy_prepare_async_kernel<T, C>, dim3(N, heads), wy_prepare_async_threads(C),
+           wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, stream, "wy_prepare_async_kernel" + suffix, f);
+    expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, stream);
+    expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, stream);
   }
-  if (runs(FastBackwardStage::state_pass))
-    launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, p.stream,
-           "chunk_scan_registers_kernel<StatePass>" + suffix, f);
-  if (runs(FastBackwardStage::gradient_scan))
-    launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, p.stream,
+  if (runs(TensorCoreStage::state_pass)) {
+    launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream,
+           "chunk_scan_registers_kernel<StatePass>" + suffix, f, b.state_pass);
+    expose_pairs(b.state_pass.s_hi, b.state_pass.s_lo, p.boundary_states, states, stream);
+    expose_pairs(b.state_pass.v_hi, b.state_pass.v_lo, p.v_new, tokens * p.value_dim, stream);
+  }
+  if (runs(TensorCoreStage::gradient_scan)) {
+    launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, stream,
            "gradient_scan_registers_kernel" + suffix, p, b);
-  if (runs(FastBackwardStage::chunk_gradients))
-    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, p.stream,
-           "chunk_gradients_kernel" + suffix, p, b);
-}
-
-void run(const DeltaRuleBackwardParams& p, FastBackwardStage first, FastBackwardStage last) {
-  const FastBuffers b = resolve_fast(p, nullptr);
-  switch (p.chunk_size) {
-    case 16: return run_typed<16>(p, b, first, last);
-    case 32: return run_typed<32>(p, b, first, last);
-    default: return run_typed<64>(p, b, first, last);
+    expose_pairs(b.state_gradients_hi, b.state_gradients_lo, p.state_gradients, states, stream);
+    expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, tokens * p.value_dim, stream);
   }
+  if (runs(TensorCoreStage::chunk_gradients))
+    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, stream,
+           "chunk_gradients_kernel" + suffix, p, b);
 }
 
 }  // namespace
 
-bool delta_rule_backward_uses_tensor_cores(const DeltaRuleBackwardParams& p) {
+bool tensor_core_backward_applies(const BackwardParams& p) {
   return p.dtype == DType::bf16 && p.key_dim <= kTcKeys && p.value_dim <= kTcKeys && p.key_dim % 8 == 0 &&
-         p.value_dim % 8 == 0 && aligned_to(p.q, 16) && aligned_to(p.k, 16) && aligned_to(p.v, 16) &&
-         aligned_to(p.d_output, 16) && aligned_to(p.dq, 4) && aligned_to(p.dk, 4) && aligned_to(p.dv, 4);
+         p.value_dim % 8 == 0 && copyable_rows(p.q, p.q_strides, p) && copyable_rows(p.k, p.k_strides, p) &&
+         copyable_rows(p.v, p.v_strides, p) && copyable_rows(p.d_output, p.d_output_strides, p) &&
+         pair_rows(p.dq, p.dq_strides, p) && pair_rows(p.dk, p.dk_strides, p) && pair_rows(p.dv, p.dv_strides, p);
 }
 
-std::size_t delta_rule_backward_fast_workspace_bytes(const DeltaRuleBackwardParams& p) {
+std::size_t tensor_core_backward_workspace_bytes(const BackwardStageParams& p) {
   std::size_t bytes = 0;
   resolve_fast(p, &bytes);
   return bytes;
 }
 
-void delta_rule_backward_fast(const DeltaRuleBackwardParams& p) {
-  run(p, FastBackwardStage::prepare, FastBackwardStage::chunk_gradients);
+void tensor_core_backward(const BackwardStageParams& p, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream) {
+  const FastBuffers b = resolve_fast(p, nullptr);
+  switch (p.chunk_size) {
+    case 16: return run_typed<16>(p, b, first, last, stream);
+    case 32: return run_typed<32>(p, b, first, last, stream);
+    default: return run_typed<64>(p, b, first, last, stream);
+  }
 }
-void delta_rule_backward_fast_stage(const DeltaRuleBackwardParams& p, FastBackwardStage stage) { run(p, stage, stage); }
 
-}  // namespace deltaproof::cuda
+}  // namespace deltaproof::cuda::delta_rule

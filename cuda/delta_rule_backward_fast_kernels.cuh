@@ -17,8 +17,8 @@
 // (NOTES_delta.md) and counted by verify/delta_rule_backward_stages.cpp's bounds for this path.
 #pragma once
 
-#include "cuda/delta_rule.h"
 #include "cuda/delta_rule_forward_kernels.cuh"
+#include "cuda/delta_rule_launch.h"
 
 #ifndef DELTAPROOF_BACKWARD_FAST_KERNELS
 #define DELTAPROOF_BACKWARD_FAST_KERNELS backward_fast_kernels
@@ -27,19 +27,20 @@
 namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS {
 
 using namespace DELTAPROOF_FORWARD_KERNELS;
+using delta_rule::BackwardStageParams;
 
-// The intermediates of the tensor-core backward (fp32 unless said), resolved to the caller's buffers
-// or to the workspace by the host.
+// The intermediates of the tensor-core backward, resolved to the caller's buffers or to the workspace by
+// the host. Those that stage 4 reads as tensor-core operands are written by stages 2 and 3 as the hi + lo
+// pairs it uses (x = hi + lo, each in the dtype), so that it copies them in without converting.
 struct FastBuffers {
-  float* wy_inverse;       // [B, H, N, C, C] T = A⁻¹ (stage 1)
+  float* wy_inverse;       // [B, H, N, C, C] fp32 T = A⁻¹ (stage 1)
   void* w;                 // [B, H, L, DK] dtype: W rounded (stage 1)
   void* w_lo;              // [B, H, L, DK] dtype: W − w rounded (stage 1)
   void* u;                 // [B, H, L, DV] dtype (stage 1)
   void* u_lo;              // [B, H, L, DV] dtype (stage 1)
-  float* boundary_states;  // [B, H, N, DV, DK] S_[c] (stage 2)
-  float* v_new;            // [B, H, L, DV] V̄ (stage 2)
-  float* d_v_new;          // [B, H, L, DV] dV̄ (stage 3)
-  float* state_gradients;  // [B, H, N, DV, DK] G_[c+1] = dL/dS_[c+1] (stage 3)
+  StatePassOutputs state_pass;  // S_[c] and V̄ as pairs (stage 2)
+  void *d_v_new_hi, *d_v_new_lo;              // [B, H, L, DV] dtype: dV̄ (stage 3)
+  void *state_gradients_hi, *state_gradients_lo;  // [B, H, N, DV, DK] dtype: G_[c+1] = dL/dS_[c+1] (stage 3)
   // Written only when given (stage checks):
   float* gate_sums;           // [B, H, L] G_i
   float* d_w;                 // [B, H, L, DK] dW = −dV̄ S_[c]
@@ -73,7 +74,7 @@ __host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk)
 // Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32 and rounded in place for the
 // update; barrier. (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
 template <class T, int C>
-__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kRowBlocks = C / 16;
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;
@@ -99,66 +100,61 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
   const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
   const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
   const bool gated = p.log_gate != nullptr;
-  const float* log_gate = static_cast<const float*>(p.log_gate);
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* w = static_cast<const T*>(b.w);
-  const T* d_out = static_cast<const T*>(p.d_output);
+  const int bi = head / p.heads, h = head % p.heads;
+  // Row 0 of this head in each strided user tensor (tensor_core_backward_applies checked q, k and dO rows
+  // 16-byte aligned); W, dV̄ and G_[c+1] are packed.
+  const float* gate_head = gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) : nullptr;
+  const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(bi, h);
+  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(bi, h);
+  const T* d_out = static_cast<const T*>(p.d_output) + p.d_output_strides.head_offset(bi, h);
   const std::size_t head_token0 = static_cast<std::size_t>(head) * L;
+  const T* w_head = static_cast<const T*>(b.w) + head_token0 * DK;
 
-  auto load_rows = [&](T* dst, const T* src, std::size_t token0, int size) {
+  // Rows t0.. of a head's rows (row stride `row`) into [C][kTcLd], zero past the chunk and past DK.
+  auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
     for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
       const bool valid = r < size && c < DK;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * DK + c : src, valid);
+      copy_async_16(dst + r * kTcLd + c, valid ? head_rows + (t0 + r) * row + c : head_rows, valid);
     }
   };
-  auto load_slice = [&](T* dst, const T* src, std::size_t token0, int size) {
+  // Value columns v0.. of rows t0.. of dO into [C][kTcVLd].
+  auto load_slice = [&](T* dst, int t0, int size) {
     for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
       const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
       const bool valid = r < size && v0 + c < DV;
-      copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
+      copy_async_16(dst + r * kTcVLd + c, valid ? d_out + (t0 + r) * p.d_output_strides.row + v0 + c : d_out, valid);
     }
   };
 
   // G rows state_rows + {g, g+8}, key columns state_key0 + 8n + 2t + {0, 1}: accumulator layout. G_[N] = dS_L.
-  const float* d_final = static_cast<const float*>(p.d_final_state);
+  const float* d_final = p.d_final_state ? static_cast<const float*>(p.d_final_state) + p.d_final_state_strides.head_offset(bi, h) : nullptr;
   float G[kStateTiles][4];
 #pragma unroll
   for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      G[n][x] = (d_final && row < DV && col < DK) ? d_final[(static_cast<std::size_t>(head) * DV + row) * DK + col] : 0.0f;
+      G[n][x] = (d_final && row < DV && col < DK) ? d_final[row * p.d_final_state_strides.row + col] : 0.0f;
     }
 
   for (int chunk = N - 1; chunk >= 0; --chunk) {
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) The chunk's rows in; G' out as hi + lo and in fp32; G_i.
-    load_rows(q_s, q, token0, size);
-    load_rows(k_s, k, token0, size);
-    load_rows(w_s, w, token0, size);
-    load_slice(do_s, d_out, token0, size);
-#pragma unroll
-    for (int n = 0; n < kStateTiles; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
-        unsigned hi, lo;
-        split_pair<T>(G[n][2 * half], G[n][2 * half + 1], hi, lo);
-        *reinterpret_cast<unsigned*>(g_hi + r * kTcLd + c) = hi;
-        *reinterpret_cast<unsigned*>(g_lo + r * kTcLd + c) = lo;
-        if (v0 + r < DV && c < DK) {
-          float* dst = b.state_gradients + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
-          dst[0] = G[n][2 * half];
-          if (c + 1 < DK) dst[1] = G[n][2 * half + 1];
-        }
-      }
+    // (1) The chunk's rows in; G' out as hi + lo and as the pair stage 4 reads; G_i.
+    load_rows(q_s, q, p.q_strides.row, t0, size);
+    load_rows(k_s, k, p.k_strides.row, t0, size);
+    load_rows(w_s, w_head, DK, t0, size);
+    load_slice(do_s, t0, size);
+    {
+      const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
+      publish_state_part<T>(G, g_hi, g_lo, state_rows, state_key0, static_cast<T*>(b.state_gradients_hi) + at,
+                            static_cast<T*>(b.state_gradients_lo) + at, DK, DV - v0 - state_rows, DK - state_key0, g, t);
+    }
     if (gated && warp == 0) {
-      float lo = lane < size ? log_gate[token0 + lane] : 0.0f;
-      float hi = lane + 32 < size ? log_gate[token0 + lane + 32] : 0.0f;
+      float lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
+      float hi = lane + 32 < size ? gate_head[(t0 + lane + 32) * p.log_gate_strides.row] : 0.0f;
       chunk_prefix_sums(lo, hi, lane);
       if (lane < C) gates[lane] = lo;
       if (lane + 32 < C) gates[lane + 32] = hi;
@@ -238,18 +234,23 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
           mma_16816<T>(D[n + 1], al, bd[2], bd[3]);
         }
       }
-      // dV̄ in fp32 for stage 4; rounded once to T for the update (in its own buffer: dO is still read).
+      // dV̄ as a hi + lo pair for stage 4; its hi part (one rounding) for the update, in its own buffer (dO is
+      // still read).
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
 #pragma unroll
-        for (int n = 0; n < kOutTiles; ++n) {
-          const int c = out_col0 + 8 * n + 2 * t;
-          if (r < size && v0 + c < DV) {
-            float* dst = b.d_v_new + (token0 + r) * DV + v0 + c;
-            dst[0] = D[n][2 * half], dst[1] = D[n][2 * half + 1];
+        for (int n = 0; n < kOutTiles; n += 2) {
+          unsigned hi[2], lo[2];
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            split_pair<T>(D[n + m][2 * half], D[n + m][2 * half + 1], hi[m], lo[m]);
+            *reinterpret_cast<unsigned*>(dvb_s + r * kTcVLd + out_col0 + 8 * (n + m) + 2 * t) = hi[m];
           }
-          *reinterpret_cast<unsigned*>(dvb_s + r * kTcVLd + c) = pack_pair<T>(D[n][2 * half], D[n][2 * half + 1]);
+          const int c = out_col0 + 8 * n;
+          const std::size_t at = (token0 + r) * DV + v0 + c;
+          store_tile_pairs<T>(static_cast<T*>(b.d_v_new_hi) + at, hi[0], hi[1], t, r < size, DV - v0 - c);
+          store_tile_pairs<T>(static_cast<T*>(b.d_v_new_lo) + at, lo[0], lo[1], t, r < size, DV - v0 - c);
         }
       }
     }
@@ -297,13 +298,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     __syncthreads();  // every buffer is rewritten by the next chunk
   }
   if (p.d_initial_state != nullptr) {
-    float* d_initial = static_cast<float*>(p.d_initial_state);
+    float* d_initial = static_cast<float*>(p.d_initial_state) + p.d_initial_state_strides.head_offset(bi, h);
 #pragma unroll
     for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-        if (row < DV && col < DK) d_initial[(static_cast<std::size_t>(head) * DV + row) * DK + col] = G[n][x];
+        if (row < DV && col < DK) d_initial[row * p.d_initial_state_strides.row + col] = G[n][x];
       }
   }
 }
@@ -344,11 +345,11 @@ __device__ __forceinline__ void negate(unsigned (&a)[4]) {
   for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // flipping the sign bits is exact
 }
 
-constexpr int kStream = 32;  // value rows of S_[c] and G' per streamed tile
+constexpr int kStream = 16;  // value rows of S_[c] and G' per streamed tile (one k-step), two tiles in flight
 
 struct ChunkGradientsLayout {
   std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
-  std::size_t s_hi, s_lo, g_hi, g_lo;    // the streamed tiles; then βV and βγK (stage P3)
+  std::size_t stream;                    // [2 buffers][S hi, S lo, G' hi, G' lo][kStream][kTcLd]; then βV, βγK (P3)
   std::size_t t, e_out, d_t;             // C×C operands: T; E_o, later X; dT, later F
   std::size_t scalars, partials, bytes;
 };
@@ -364,16 +365,14 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
   l.v_new_lo = l.v_new_hi + rows;
   l.d_v_new_hi = l.v_new_lo + rows;
   l.d_v_new_lo = l.d_v_new_hi + rows;
-  l.s_hi = l.d_v_new_lo + rows;
-  l.s_lo = l.s_hi + tile;
-  l.g_hi = l.s_lo + tile;
-  l.g_lo = l.g_hi + tile;
-  l.t = l.g_lo + tile;
+  l.stream = l.d_v_new_lo + rows;
+  const std::size_t stream_bytes = 8 * tile > 2 * rows ? 8 * tile : 2 * rows;  // βV and βγK reuse it
+  l.t = l.stream + stream_bytes;
   l.e_out = l.t + square;
   l.d_t = l.e_out + square;
   l.scalars = l.d_t + square;                        // β, G, γ, λ: 4 × C floats
   l.partials = l.scalars + 4 * chunk * 4;  // row partial sums (see the kernel), floats
-  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 kParts C = 512
+  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 · kParts · C = 512
   return l;
 }
 
@@ -392,7 +391,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 //       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
 // Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
 template <class T, int C>
-__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaRuleBackwardParams p, FastBuffers b) {
+__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kRowBlocks = C / 16;
   constexpr int kParts = 8 / kRowBlocks;             // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
@@ -402,10 +401,10 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
   auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
   T *q_s = at(lay.queries), *k_s = at(lay.keys), *v_s = at(lay.values), *do_s = at(lay.d_out);
   T *vb_hi = at(lay.v_new_hi), *vb_lo = at(lay.v_new_lo), *dvb_hi = at(lay.d_v_new_hi), *dvb_lo = at(lay.d_v_new_lo);
-  T *s_hi = at(lay.s_hi), *s_lo = at(lay.s_lo), *g_hi = at(lay.g_hi), *g_lo = at(lay.g_lo);
+  T* stream = at(lay.stream);      // tile j of buffer b at stream + (4b + j) · kStream · kTcLd: S hi, S lo, G' hi, G' lo
   T *t_s = at(lay.t), *eo_s = at(lay.e_out), *dt_s = at(lay.d_t);
   T* dw_s = vb_hi;                  // dW rounded, once V̄ is no longer read (P3 on)
-  T *bv_s = s_hi, *bgk_s = g_hi;    // βV and βγK over the dead stream tiles (P3): [C][kTcLd] each
+  T *bv_s = stream, *bgk_s = stream + C * kTcLd;  // βV and βγK over the dead stream tiles (P3): [C][kTcLd] each
   T* x_s = eo_s;                    // X over E_o (P4)
   T* f_s = dt_s;                    // F over dT (P4)
   float* beta = reinterpret_cast<float*>(smem + lay.scalars);
@@ -427,61 +426,75 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int t0 = chunk * C, n = min(C, L - t0);
   const bool gated = p.log_gate != nullptr;
-  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;
-  const std::size_t state0 = (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates
+  const int bi = head / p.heads, h = head % p.heads;
+  // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).
+  const auto chunk_rows = [&](const void* data, const Strides& s) {
+    return static_cast<const T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
+  };
+  const auto chunk_rows_out = [&](void* data, const Strides& s) {
+    return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
+  };
   const int row_block = warp % kRowBlocks, part_index = warp / kRowBlocks;
   const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
 
-  // ---- loads: the 16-bit inputs by cp.async, fp32 intermediates split (or rounded) on the way in.
-  auto load_rows = [&](T* dst, const T* src, int width) {
-    for (int e = tid; e < C * (kTcKeys / 8); e += kFastThreads) {
+  // ---- loads: every 16-bit operand by cp.async (zero past n rows and past the width); T (fp32) rounded once.
+  // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
+  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
+    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kFastThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
-      const bool valid = r < n && c < width;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * width + c : src, valid);
+      const bool valid = r < rows && c < width;
+      copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
     }
   };
-  // A [rows][width] fp32 block (row stride `ld`) into hi + lo (lo null: rounded once), zero outside.
-  auto load_split = [&](T* hi, T* lo, int pitch, const float* src, std::size_t ld, int rows, int rows_pad, int width, int width_pad) {
-    for (int e = tid; e < rows_pad * (width_pad / 2); e += kFastThreads) {
-      const int r = e / (width_pad / 2), c = (e % (width_pad / 2)) * 2;
-      float x0 = 0.0f, x1 = 0.0f;
-      if (r < rows && c < width) {
-        x0 = src[r * ld + c];
-        if (c + 1 < width) x1 = src[r * ld + c + 1];
-      }
-      unsigned h, l;
-      split_pair<T>(x0, x1, h, l);
-      *reinterpret_cast<unsigned*>(hi + r * pitch + c) = h;
-      if (lo != nullptr) *reinterpret_cast<unsigned*>(lo + r * pitch + c) = l;
-    }
+  const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
+  const std::size_t state_rows0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first row
+  // Value rows r0.. of S_[c] and G' (hi and lo) into stream buffer `buffer`.
+  auto load_stream = [&](int buffer, int r0) {
+    T* tiles = stream + 4 * buffer * kStream * kTcLd;
+    const int rows = min(kStream, DV - r0);
+    load_rows(tiles, packed(b.state_pass.s_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + kStream * kTcLd, packed(b.state_pass.s_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + 2 * kStream * kTcLd, packed(b.state_gradients_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + 3 * kStream * kTcLd, packed(b.state_gradients_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    copy_async_commit();
   };
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-  const T* d_out = static_cast<const T*>(p.d_output);
-  load_rows(q_s, q, DK);
-  load_rows(k_s, k, DK);
-  load_rows(v_s, v, DV);
-  load_rows(do_s, d_out, DV);
-  load_split(vb_hi, vb_lo, kTcLd, b.v_new + token0 * DV, DV, n, C, DV, kTcKeys);
-  load_split(dvb_hi, dvb_lo, kTcLd, b.d_v_new + token0 * DV, DV, n, C, DV, kTcKeys);
-  load_split(t_s, nullptr, kPitchC, b.wy_inverse + (static_cast<std::size_t>(head) * N + chunk) * C * C, C, C, C, C, C);
+  load_rows(q_s, chunk_rows(p.q, p.q_strides), p.q_strides.row, n, C, DK);
+  load_rows(k_s, chunk_rows(p.k, p.k_strides), p.k_strides.row, n, C, DK);
+  load_rows(v_s, chunk_rows(p.v, p.v_strides), p.v_strides.row, n, C, DV);
+  load_rows(do_s, chunk_rows(p.d_output, p.d_output_strides), p.d_output_strides.row, n, C, DV);
+  load_rows(vb_hi, packed(b.state_pass.v_hi, token0, DV), DV, n, C, DV);
+  load_rows(vb_lo, packed(b.state_pass.v_lo, token0, DV), DV, n, C, DV);
+  load_rows(dvb_hi, packed(b.d_v_new_hi, token0, DV), DV, n, C, DV);
+  load_rows(dvb_lo, packed(b.d_v_new_lo, token0, DV), DV, n, C, DV);
+  copy_async_commit();
+  load_stream(0, 0);  // the first state tile flies during P1
+  {
+    const float* t_src = b.wy_inverse + (static_cast<std::size_t>(head) * N + chunk) * C * C;
+    for (int e = tid; e < C * C / 4; e += kFastThreads) {  // 16-byte loads; C × C is a multiple of 4
+      const float4 x = reinterpret_cast<const float4*>(t_src)[e];
+      const int r = (4 * e) / C, c = (4 * e) % C;
+      *reinterpret_cast<uint2*>(t_s + r * kPitchC + c) = make_uint2(pack_pair<T>(x.x, x.y), pack_pair<T>(x.z, x.w));
+    }
+  }
   if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
-    const T* beta_in = static_cast<const T*>(p.beta);
-    const float* log_gate = static_cast<const float*>(p.log_gate);
-    float lo = gated && lane < n ? log_gate[token0 + lane] : 0.0f;
-    float hi = gated && lane + 32 < n ? log_gate[token0 + lane + 32] : 0.0f;
+    const T* beta_in = chunk_rows(p.beta, p.beta_strides);
+    const float* log_gate =
+        gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.log_gate_strides.row
+              : nullptr;
+    float lo = gated && lane < n ? log_gate[lane * p.log_gate_strides.row] : 0.0f;
+    float hi = gated && lane + 32 < n ? log_gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
     if (gated) chunk_prefix_sums(lo, hi, lane);
     for (int half = 0; half < 2; ++half) {
       const int i = lane + 32 * half;
       if (i >= C) break;
       const float G = half ? hi : lo;
-      beta[i] = i < n ? to_float(beta_in[token0 + i]) : 0.0f;
+      beta[i] = i < n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
       gsum[i] = G;
       if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
     }
   }
-  copy_async_wait_all();
+  copy_async_wait<1>();  // everything but the first state tile
   __syncthreads();
   const float last = gsum[n - 1];
   for (int i = tid; i < C; i += kFastThreads) {  // without gates no expf: every decay is exactly 1
@@ -555,42 +568,38 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     }
   }
 
-  // ---- P2: the state products, S_[c] and G' streamed as hi + lo.
+  // ---- P2: the state products, S_[c] and G' streamed as hi + lo pairs, one tile ahead.
   float dq[kDTiles][4] = {}, dw[kDTiles][4] = {}, vg[kDTiles][4] = {};
-  float gs = 0.0f;  // this thread's part of <G', S>
-  const float* s_src = b.boundary_states + state0;
-  const float* g_src = b.state_gradients + state0;
-  for (int r0 = 0; r0 < DV; r0 += kStream) {
-    __syncthreads();  // the previous tile is consumed (and, the first time, P1's E_o is published)
-    const int rows = min(kStream, DV - r0);
-    for (int e = tid; e < kStream * (kTcKeys / 2); e += kFastThreads) {
-      const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
-      float s0 = 0.0f, s1 = 0.0f, g0 = 0.0f, g1 = 0.0f;
-      if (r < rows && c < DK) {
-        const std::size_t o = static_cast<std::size_t>(r0 + r) * DK + c;
-        s0 = s_src[o], g0 = g_src[o];
-        if (c + 1 < DK) s1 = s_src[o + 1], g1 = g_src[o + 1];
-      }
-      gs = fmaf(g0, s0, gs);
-      gs = fmaf(g1, s1, gs);
-      unsigned h, l;
-      split_pair<T>(s0, s1, h, l);
-      *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = h;
-      *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = l;
-      split_pair<T>(g0, g1, h, l);
-      *reinterpret_cast<unsigned*>(g_hi + r * kTcLd + c) = h;
-      *reinterpret_cast<unsigned*>(g_lo + r * kTcLd + c) = l;
+  float gs = 0.0f;  // this thread's part of <G', S>, of the pairs as the tensor cores see them
+  for (int r0 = 0, buffer = 0; r0 < DV; r0 += kStream, buffer ^= 1) {
+    __syncthreads();  // the other buffer is consumed (and, the first time, P1's E_o is published)
+    if (r0 + kStream < DV) {
+      load_stream(buffer ^ 1, r0 + kStream);
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
     }
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kStream / 16; ++kk) {
-      if (r0 + 16 * kk >= DV) break;
+    const T* s_hi = stream + 4 * buffer * kStream * kTcLd;
+    const T *s_lo = s_hi + kStream * kTcLd, *g_hi = s_lo + kStream * kTcLd, *g_lo = g_hi + kStream * kTcLd;
+    if (gated)
+      for (int e = tid; e < kStream * (kTcKeys / 2); e += kFastThreads) {
+        const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
+        const float2 sh = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_hi + at_pair));
+        const float2 sl = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_lo + at_pair));
+        const float2 gh = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_hi + at_pair));
+        const float2 gl = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_lo + at_pair));
+        gs = fmaf(gh.x + gl.x, sh.x + sl.x, gs);  // hi + lo: exact in fp32
+        gs = fmaf(gh.y + gl.y, sh.y + sl.y, gs);
+      }
+    {
+      constexpr int kk = 0;  // one 16-row k-step per tile
       unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
-      a_rows(ad, do_s, kTcLd, i0, r0 + 16 * kk);
-      a_rows(awh, dvb_hi, kTcLd, i0, r0 + 16 * kk);
-      a_rows(awl, dvb_lo, kTcLd, i0, r0 + 16 * kk);
-      a_rows(avh, vb_hi, kTcLd, i0, r0 + 16 * kk);
-      a_rows(avl, vb_lo, kTcLd, i0, r0 + 16 * kk);
+      a_rows(ad, do_s, kTcLd, i0, r0);
+      a_rows(awh, dvb_hi, kTcLd, i0, r0);
+      a_rows(awl, dvb_lo, kTcLd, i0, r0);
+      a_rows(avh, vb_hi, kTcLd, i0, r0);
+      a_rows(avl, vb_lo, kTcLd, i0, r0);
       negate(awh);
       negate(awl);
 #pragma unroll
@@ -632,17 +641,17 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       if (t == 0) out[part_index * C + i] = r;
     }
   };
-  // Stores a C × D accumulator as the dtype (rows < n, columns < width).
-  auto store_rows = [&](const float (&acc)[kDTiles][4], void* dst_base, int width) {
-    T* dst = static_cast<T*>(dst_base) + token0 * width;
+  // Stores a C × D accumulator as the dtype into a strided user tensor (rows < n, columns < width; widths
+  // are multiples of 8 and rows 4-byte aligned here, so every pair is whole and aligned).
+  auto store_rows = [&](const float (&acc)[kDTiles][4], void* data, const Strides& strides, int width) {
+    T* dst = chunk_rows_out(data, strides);
 #pragma unroll
     for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
-        if (i >= n || c >= width) continue;
-        if (c + 1 < width) *reinterpret_cast<unsigned*>(dst + i * width + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
-        else dst[i * width + c] = from_float<T>(acc[nt][2 * half]);
+        if (i < n && c < width)
+          *reinterpret_cast<unsigned*>(dst + i * strides.row + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
       }
   };
 
@@ -662,7 +671,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       mma_pair<T>(dq[nt], dq[nt + 1], a, bk);
     }
   }
-  store_rows(dq, p.dq, DK);
+  store_rows(dq, p.dq, p.dq_strides, DK);
   row_dot(vg, k_s, dlam);
 #pragma unroll
   for (int nt = 0; nt < kDTiles; ++nt)
@@ -851,7 +860,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
     }
   }
-  store_rows(vg, p.dk, DK);
+  store_rows(vg, p.dk, p.dk_strides, DK);
   {
     float tu[kDTiles][4] = {};  // Tᵀ dV̄ (dV̄ hi + lo)
     for (int jj = row_block; jj < kRowBlocks; ++jj) {
@@ -871,7 +880,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) tu[nt][x] *= beta[i0 + g + (x / 2) * 8];
-    store_rows(tu, p.dv, DV);
+    store_rows(tu, p.dv, p.dv_strides, DV);
   }
   __syncthreads();
 
@@ -884,7 +893,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
       s_z1k += z1k[q_part * C + i], s_tuv += tuv[q_part * C + i];
     }
     for (int cb = 0; cb < kRowBlocks; ++cb) s_ekk += ekk[cb * C + i];
-    if (i < n) static_cast<T*>(p.d_beta)[token0 + i] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
+    if (i < n) chunk_rows_out(p.d_beta, p.d_beta_strides)[i * p.d_beta_strides.row] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
     if (gated) {
       float zr = 0.0f, zcs = 0.0f;
       for (int cb = 0; cb < kRowBlocks; ++cb) zr += z_row[cb * C + i];
@@ -901,10 +910,10 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(DeltaR
     for (int e = 0; e < kFastThreads; ++e) gs_total += reduce[e];
     gsum[n - 1] += total + gs_total * gamma[n - 1];
     float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
-    float* dg = static_cast<float*>(p.d_log_gate);
+    float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;
     for (int r = n - 1; r >= 0; --r) {
       running += gsum[r];
-      dg[token0 + r] = running;
+      dg[r * p.d_log_gate_strides.row] = running;
       if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
     }
   }

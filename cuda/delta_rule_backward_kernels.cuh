@@ -4,7 +4,7 @@
 // threads, barriers and warp shuffles: nothing here may depend on more than that.
 #pragma once
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,6 +20,7 @@
 
 namespace deltaproof::cuda::DELTAPROOF_BACKWARD_KERNELS {
 
+using delta_rule::BackwardStageParams;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -43,6 +44,26 @@ __device__ __forceinline__ A load(const T* p, std::size_t i) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(p[i]);
   else if constexpr (std::is_same_v<T, __half>) return __half2float(p[i]);
   else return static_cast<A>(p[i]);
+}
+
+// Rows of one (batch, head) of a strided user tensor from a first row on: element (i, c) at
+// data[i·row + c], a per-token vector's token i at (i, 0). E is const for inputs; null stays null.
+template <class E>
+struct Rows {
+  E* data;
+  std::int64_t row;
+  __device__ explicit operator bool() const { return data != nullptr; }
+  __device__ E& at(int i, int c = 0) const { return data[i * row + c]; }
+};
+template <class E, class Pointer>
+__device__ __forceinline__ Rows<E> chunk_rows(Pointer data, const Strides& s, const BackwardStageParams& p, int head, int first) {
+  if (data == nullptr) return {nullptr, s.row};
+  return {static_cast<E*>(data) + s.head_offset(head / p.heads, head % p.heads) + first * s.row, s.row};
+}
+// Exact conversion of element (i, c) of strided rows to the accumulation type.
+template <class A, class E>
+__device__ __forceinline__ A load(const Rows<E>& rows, int i, int c = 0) {
+  return load<A>(rows.data + i * rows.row + c, std::size_t(0));
 }
 
 // Round to nearest even in T (the only rounding to the input dtype: stored gradients).
@@ -81,7 +102,7 @@ constexpr std::size_t prepare_shared_bytes() {
 }
 
 template <class T, int C>
-__global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const DeltaRuleBackwardParams p, const Buffers b) {
+__global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const BackwardStageParams p, const Buffers b) {
   using A = acc_t<T>;
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int pc = C + 1;  // pitch of the C×C tiles
@@ -89,11 +110,11 @@ __global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const DeltaR
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int begin = chunk * C, n = min(C, L - begin);
   const int lane = tid % 32, warp = tid / 32;
-  const std::size_t token0 = std::size_t(head) * L + begin;         // first token of the chunk
+  const std::size_t token0 = std::size_t(head) * L + begin;         // first token of the chunk (packed intermediates)
   const std::size_t block0 = (std::size_t(head) * N + chunk) * C * C;  // its C×C block
-  const T* q = static_cast<const T*>(p.q) + token0 * DK;
-  const T* k = static_cast<const T*>(p.k) + token0 * DK;
-  const T* v = static_cast<const T*>(p.v) + token0 * DV;
+  const Rows<const T> q = chunk_rows<const T>(p.q, p.q_strides, p, head, begin), k = chunk_rows<const T>(p.k, p.k_strides, p, head, begin);
+  const Rows<const T> v = chunk_rows<const T>(p.v, p.v_strides, p, head, begin), beta_in = chunk_rows<const T>(p.beta, p.beta_strides, p, head, begin);
+  const Rows<const A> log_gate = chunk_rows<const A>(p.log_gate, p.log_gate_strides, p, head, begin);
 
   extern __shared__ __align__(16) unsigned char smem[];
   A* a = reinterpret_cast<A*>(smem);  // (C, C) A = I + strictly_lower(diag(β)(K Kᵀ ⊙ D))
@@ -106,12 +127,12 @@ __global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const DeltaR
   if (tid == 0) {
     A running = 0;
     for (int i = 0; i < n; ++i) {
-      running += p.log_gate != nullptr ? static_cast<const A*>(p.log_gate)[token0 + i] : A(0);
+      running += log_gate ? log_gate.at(i) : A(0);
       gsum[i] = running;
       static_cast<A*>(b.gate_sums)[token0 + i] = running;
     }
   }
-  for (int i = tid; i < C; i += kThreads) beta[i] = i < n ? load<A>(static_cast<const T*>(p.beta), token0 + i) : A(0);
+  for (int i = tid; i < C; i += kThreads) beta[i] = i < n ? load<A>(beta_in, i) : A(0);
   __syncthreads();
   for (int i = tid; i < n; i += kThreads) beta_gamma[i] = beta[i] * exp_acc(gsum[i]);
 
@@ -122,9 +143,9 @@ __global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const DeltaR
     A kk = 0, qk = 0;
     if (i < n && j <= i)
       for (int d = lane; d < DK; d += 32) {
-        const A kj = load<A>(k, std::size_t(j) * DK + d);
-        kk = fma_acc(load<A>(k, std::size_t(i) * DK + d), kj, kk);
-        qk = fma_acc(load<A>(q, std::size_t(i) * DK + d), kj, qk);
+        const A kj = load<A>(k, j, d);
+        kk = fma_acc(load<A>(k, i, d), kj, kk);
+        qk = fma_acc(load<A>(q, i, d), kj, qk);
       }
     kk = warp_sum(kk);
     qk = warp_sum(qk);
@@ -158,12 +179,12 @@ __global__ void __launch_bounds__(kThreads) backward_prepare_kernel(const DeltaR
   for (int i = warp; i < n; i += kWarps) {
     for (int d = lane; d < DK; d += 32) {
       A sum = 0;
-      for (int j = 0; j <= i; ++j) sum = fma_acc(t[i * pc + j] * beta_gamma[j], load<A>(k, std::size_t(j) * DK + d), sum);
+      for (int j = 0; j <= i; ++j) sum = fma_acc(t[i * pc + j] * beta_gamma[j], load<A>(k, j, d), sum);
       w[std::size_t(i) * DK + d] = sum;
     }
     for (int e = lane; e < DV; e += 32) {
       A sum = 0;
-      for (int j = 0; j <= i; ++j) sum = fma_acc(t[i * pc + j] * beta[j], load<A>(v, std::size_t(j) * DV + e), sum);
+      for (int j = 0; j <= i; ++j) sum = fma_acc(t[i * pc + j] * beta[j], load<A>(v, j, e), sum);
       u[std::size_t(i) * DV + e] = sum;
     }
   }
@@ -179,7 +200,7 @@ std::size_t scan_shared_bytes(int key_dim) {
 
 // Stage 2: S_[c] forward, V̄ = U − W S_[c]ᵀ, and (when asked) O = diag(γ) Q S_[c]ᵀ + P V̄.
 template <class T, int C>
-__global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const DeltaRuleBackwardParams p, const Buffers b) {
+__global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const BackwardStageParams p, const Buffers b) {
   using A = acc_t<T>;
   const int tid = static_cast<int>(threadIdx.x);
   const int slice = blockIdx.x, head = blockIdx.y;
@@ -194,11 +215,11 @@ __global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const Del
   A* lambda = gsum + C;                // (C) λ_i = exp(G_{n−1} − G_i)
   A* gamma = lambda + C;               // (C) γ_i = exp(G_i)
 
-  const std::size_t state0 = std::size_t(head) * DV * DK;
+  const std::size_t state0 = std::size_t(head) * DV * DK;  // the packed final_state's (a stage output)
+  const Rows<const A> initial = chunk_rows<const A>(p.initial_state, p.initial_state_strides, p, head, r0);
   for (int idx = tid; idx < kSlice * DK; idx += kThreads) {
     const int r = idx / DK, d = idx % DK;
-    s[idx] = p.initial_state != nullptr && r < rows ? static_cast<const A*>(p.initial_state)[state0 + std::size_t(r0 + r) * DK + d]
-                                                    : A(0);
+    s[idx] = initial && r < rows ? initial.at(r, d) : A(0);
   }
   __syncthreads();
 
@@ -233,12 +254,12 @@ __global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const Del
 
     // O[i][r] = γ_i (q_i · S_r) + Σ_{j ≤ i} P_ij V̄[j][r]: a warp per (i, r); only for the forward.
     if (p.output != nullptr) {
-      const T* q = static_cast<const T*>(p.q) + token0 * DK;
+      const Rows<const T> q = chunk_rows<const T>(p.q, p.q_strides, p, head, begin);
       const A* scores = static_cast<const A*>(b.scores) + (std::size_t(head) * N + chunk) * C * C;
       for (int pair = warp; pair < n * rows; pair += kWarps) {
         const int i = pair / rows, r = pair % rows;
         A qs = 0, pv = 0;
-        for (int d = lane; d < DK; d += 32) qs = fma_acc(load<A>(q, std::size_t(i) * DK + d), s[r * DK + d], qs);
+        for (int d = lane; d < DK; d += 32) qs = fma_acc(load<A>(q, i, d), s[r * DK + d], qs);
         for (int j = lane; j <= i; j += 32) pv = fma_acc(scores[i * C + j], vbar[j * kSlice + r], pv);
         qs = warp_sum(qs);
         pv = warp_sum(pv);
@@ -248,12 +269,12 @@ __global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const Del
     __syncthreads();  // every read of S_[c] is done
 
     // S_[c+1][r][d] = γ_{n−1} S[r][d] + Σ_i (V̄[i][r] λ_i) k_i[d]: row × matrix.
-    const T* k = static_cast<const T*>(p.k) + token0 * DK;
+    const Rows<const T> k = chunk_rows<const T>(p.k, p.k_strides, p, head, begin);
     const A gamma_end = gamma[n - 1];
     for (int r = warp; r < rows; r += kWarps)
       for (int d = lane; d < DK; d += 32) {
         A sum = 0;
-        for (int i = 0; i < n; ++i) sum = fma_acc(vbar[i * kSlice + r] * lambda[i], load<A>(k, std::size_t(i) * DK + d), sum);
+        for (int i = 0; i < n; ++i) sum = fma_acc(vbar[i * kSlice + r] * lambda[i], load<A>(k, i, d), sum);
         s[r * DK + d] = fma_acc(gamma_end, s[r * DK + d], sum);
       }
     __syncthreads();
@@ -265,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) backward_state_scan_kernel(const Del
 
 // Stage 3: G_[c+1] = dL/dS_[c+1] backward from dS_L, dV̄, and dS_0 = G_[0].
 template <class T, int C>
-__global__ void __launch_bounds__(kThreads) backward_gradient_scan_kernel(const DeltaRuleBackwardParams p, const Buffers b) {
+__global__ void __launch_bounds__(kThreads) backward_gradient_scan_kernel(const BackwardStageParams p, const Buffers b) {
   using A = acc_t<T>;
   const int tid = static_cast<int>(threadIdx.x);
   const int slice = blockIdx.x, head = blockIdx.y;
@@ -280,12 +301,10 @@ __global__ void __launch_bounds__(kThreads) backward_gradient_scan_kernel(const 
   A* lambda = gsum + C;                   // (C)
   A* gamma = lambda + C;                  // (C)
 
-  const std::size_t state0 = std::size_t(head) * DV * DK;
+  const Rows<const A> d_final = chunk_rows<const A>(p.d_final_state, p.d_final_state_strides, p, head, r0);
   for (int idx = tid; idx < kSlice * DK; idx += kThreads) {
     const int r = idx / DK, d = idx % DK;
-    grad[idx] = p.d_final_state != nullptr && r < rows
-                    ? static_cast<const A*>(p.d_final_state)[state0 + std::size_t(r0 + r) * DK + d]
-                    : A(0);
+    grad[idx] = d_final && r < rows ? d_final.at(r, d) : A(0);
   }
   __syncthreads();
 
@@ -303,14 +322,14 @@ __global__ void __launch_bounds__(kThreads) backward_gradient_scan_kernel(const 
     __syncthreads();
 
     // dV̄[j][r] = Σ_{i ≥ j} P_ij dO[i][r] + λ_j (k_j · G_r): a warp per (j, r).
-    const T* k = static_cast<const T*>(p.k) + token0 * DK;
-    const T* d_out = static_cast<const T*>(p.d_output) + token0 * DV;
+    const Rows<const T> k = chunk_rows<const T>(p.k, p.k_strides, p, head, begin);
+    const Rows<const T> d_out = chunk_rows<const T>(p.d_output, p.d_output_strides, p, head, begin);
     const A* scores = static_cast<const A*>(b.scores) + (std::size_t(head) * N + chunk) * C * C;
     for (int pair = warp; pair < n * rows; pair += kWarps) {
       const int j = pair / rows, r = pair % rows;
       A kg = 0, pd = 0;
-      for (int d = lane; d < DK; d += 32) kg = fma_acc(load<A>(k, std::size_t(j) * DK + d), grad[r * DK + d], kg);
-      for (int i = j + lane; i < n; i += 32) pd = fma_acc(scores[i * C + j], load<A>(d_out, std::size_t(i) * DV + r0 + r), pd);
+      for (int d = lane; d < DK; d += 32) kg = fma_acc(load<A>(k, j, d), grad[r * DK + d], kg);
+      for (int i = j + lane; i < n; i += 32) pd = fma_acc(scores[i * C + j], load<A>(d_out, i, r0 + r), pd);
       kg = warp_sum(kg);
       pd = warp_sum(pd);
       if (lane == 0) {
@@ -322,23 +341,24 @@ __global__ void __launch_bounds__(kThreads) backward_gradient_scan_kernel(const 
     __syncthreads();
 
     // G_[c][r][d] = γ_{n−1} G[r][d] + Σ_i ((dO[i][r] γ_i) q_i[d] − dV̄[i][r] W_i[d]): row × matrix.
-    const T* q = static_cast<const T*>(p.q) + token0 * DK;
+    const Rows<const T> q = chunk_rows<const T>(p.q, p.q_strides, p, head, begin);
     const A* w = static_cast<const A*>(b.w) + token0 * DK;
     const A gamma_end = gamma[n - 1];
     for (int r = warp; r < rows; r += kWarps)
       for (int d = lane; d < DK; d += 32) {
         A sum = 0;
         for (int i = 0; i < n; ++i) {
-          sum = fma_acc(load<A>(d_out, std::size_t(i) * DV + r0 + r) * gamma[i], load<A>(q, std::size_t(i) * DK + d), sum);
+          sum = fma_acc(load<A>(d_out, i, r0 + r) * gamma[i], load<A>(q, i, d), sum);
           sum = fma_acc(-dvbar[i * kSlice + r], w[std::size_t(i) * DK + d], sum);
         }
         grad[r * DK + d] = fma_acc(gamma_end, grad[r * DK + d], sum);
       }
     __syncthreads();
   }
-  if (p.d_initial_state != nullptr)
-    for (int idx = tid; idx < rows * DK; idx += kThreads)
-      static_cast<A*>(p.d_initial_state)[state0 + std::size_t(r0) * DK + idx] = grad[idx];
+  if (p.d_initial_state != nullptr) {
+    const Rows<A> d_initial = chunk_rows<A>(p.d_initial_state, p.d_initial_state_strides, p, head, r0);
+    for (int idx = tid; idx < rows * DK; idx += kThreads) d_initial.at(idx / DK, idx % DK) = grad[idx];
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -350,7 +370,7 @@ constexpr std::size_t chunk_shared_bytes() {
 }
 
 template <class T, int C>
-__global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRuleBackwardParams p, const Buffers b) {
+__global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const BackwardStageParams p, const Buffers b) {
   using A = acc_t<T>;
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int pc = C + 1;
@@ -361,10 +381,14 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
   const std::size_t token0 = std::size_t(head) * L + begin;
   const std::size_t block0 = (std::size_t(head) * N + chunk) * C * C;
   const std::size_t states0 = (std::size_t(head) * N + chunk) * DV * DK;
-  const T* q = static_cast<const T*>(p.q) + token0 * DK;
-  const T* k = static_cast<const T*>(p.k) + token0 * DK;
-  const T* v = static_cast<const T*>(p.v) + token0 * DV;
-  const T* d_out = static_cast<const T*>(p.d_output) + token0 * DV;
+  const Rows<const T> q = chunk_rows<const T>(p.q, p.q_strides, p, head, begin), k = chunk_rows<const T>(p.k, p.k_strides, p, head, begin);
+  const Rows<const T> v = chunk_rows<const T>(p.v, p.v_strides, p, head, begin);
+  const Rows<const T> d_out = chunk_rows<const T>(p.d_output, p.d_output_strides, p, head, begin);
+  const Rows<const T> beta_in = chunk_rows<const T>(p.beta, p.beta_strides, p, head, begin);
+  const Rows<T> dq = chunk_rows<T>(p.dq, p.dq_strides, p, head, begin), dk = chunk_rows<T>(p.dk, p.dk_strides, p, head, begin);
+  const Rows<T> dv = chunk_rows<T>(p.dv, p.dv_strides, p, head, begin);
+  const Rows<T> d_beta = chunk_rows<T>(p.d_beta, p.d_beta_strides, p, head, begin);
+  const Rows<A> d_log_gate = chunk_rows<A>(p.d_log_gate, p.d_log_gate_strides, p, head, begin);
   const A* state = static_cast<const A*>(b.boundary_states) + states0;         // S = S_[c], (DV, DK)
   const A* next_grad = static_cast<const A*>(b.state_gradients) + states0;     // G' = G_[c+1], (DV, DK)
   const A* vbar = static_cast<const A*>(b.v_new) + token0 * DV;                 // (n, DV)
@@ -394,7 +418,7 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
   // Per token: G, β, γ, λ, βγ; T from stage 1; k_i · k_j.
   for (int i = tid; i < C; i += kThreads) {
     gsum[i] = i < n ? static_cast<const A*>(b.gate_sums)[token0 + i] : A(0);
-    beta[i] = i < n ? load<A>(static_cast<const T*>(p.beta), token0 + i) : A(0);
+    beta[i] = i < n ? load<A>(beta_in, i) : A(0);
   }
   const A* inverse = static_cast<const A*>(b.wy_inverse) + block0;
   for (int idx = tid; idx < C * C; idx += kThreads) t[(idx / C) * pc + idx % C] = inverse[idx];
@@ -410,8 +434,8 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
     const int i = pair / n, j = pair % n;
     if (j > i) continue;  // warp-uniform
     A kdot = 0, dov = 0;
-    for (int d = lane; d < DK; d += 32) kdot = fma_acc(load<A>(k, std::size_t(i) * DK + d), load<A>(k, std::size_t(j) * DK + d), kdot);
-    for (int e = lane; e < DV; e += 32) dov = fma_acc(load<A>(d_out, std::size_t(i) * DV + e), vbar[std::size_t(j) * DV + e], dov);
+    for (int d = lane; d < DK; d += 32) kdot = fma_acc(load<A>(k, i, d), load<A>(k, j, d), kdot);
+    for (int e = lane; e < DV; e += 32) dov = fma_acc(load<A>(d_out, i, e), vbar[std::size_t(j) * DV + e], dov);
     kdot = warp_sum(kdot);
     dov = warp_sum(dov);
     if (lane == 0) {
@@ -429,14 +453,14 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
       A dos = 0, dvs = 0;
       for (int r = 0; r < DV; ++r) {
         const A s_rd = state[std::size_t(r) * DK + d];
-        dos = fma_acc(load<A>(d_out, std::size_t(i) * DV + r), s_rd, dos);
+        dos = fma_acc(load<A>(d_out, i, r), s_rd, dos);
         dvs = fma_acc(dvbar[std::size_t(i) * DV + r], s_rd, dvs);
       }
       dw[std::size_t(i) * DK + d] = -dvs;
       A eok = 0;
-      for (int j = 0; j <= i; ++j) eok = fma_acc(eo[i * pc + j], load<A>(k, std::size_t(j) * DK + d), eok);
-      static_cast<T*>(p.dq)[(token0 + i) * DK + d] = store_as<T>(fma_acc(gamma[i], dos, eok));
-      partial = fma_acc(dos, load<A>(q, std::size_t(i) * DK + d), partial);
+      for (int j = 0; j <= i; ++j) eok = fma_acc(eo[i * pc + j], load<A>(k, j, d), eok);
+      dq.at(i, d) = store_as<T>(fma_acc(gamma[i], dos, eok));
+      partial = fma_acc(dos, load<A>(q, i, d), partial);
     }
     partial = warp_sum(partial);
     if (lane == 0) q_sq[i] = partial;
@@ -448,8 +472,8 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
     const int i = pair / n, j = pair % n;
     if (j >= i) continue;
     A uv = 0, wk = 0;
-    for (int e = lane; e < DV; e += 32) uv = fma_acc(dvbar[std::size_t(i) * DV + e], load<A>(v, std::size_t(j) * DV + e), uv);
-    for (int d = lane; d < DK; d += 32) wk = fma_acc(dw[std::size_t(i) * DK + d], load<A>(k, std::size_t(j) * DK + d), wk);
+    for (int e = lane; e < DV; e += 32) uv = fma_acc(dvbar[std::size_t(i) * DV + e], load<A>(v, j, e), uv);
+    for (int d = lane; d < DK; d += 32) wk = fma_acc(dw[std::size_t(i) * DK + d], load<A>(k, j, d), wk);
     uv = warp_sum(uv);
     wk = warp_sum(wk);
     if (lane == 0) dt[i * pc + j] = fma_acc(uv, beta[j], wk * beta_gamma[j]);
@@ -490,16 +514,16 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
     A ky = 0, kx2 = 0;
     for (int d = lane; d < DK; d += 32) {
       A sum = 0;
-      for (int r = i; r < n; ++r) sum = fma_acc(eo[r * pc + i], load<A>(q, std::size_t(r) * DK + d), sum);
+      for (int r = i; r < n; ++r) sum = fma_acc(eo[r * pc + i], load<A>(q, r, d), sum);
       for (int j = 0; j < n; ++j) {
         const A f = j < i ? beta[i] * dt[i * pc + j] : j > i ? beta[j] * dt[j * pc + i] : A(0);
-        sum = fma_acc(f, load<A>(k, std::size_t(j) * DK + d), sum);
+        sum = fma_acc(f, load<A>(k, j, d), sum);
       }
       A x2 = 0, y = 0;
       for (int e = 0; e < DV; ++e) x2 = fma_acc(vbar[std::size_t(i) * DV + e], next_grad[std::size_t(e) * DK + d], x2);
       for (int j = i; j < n; ++j) y = fma_acc(t[j * pc + i], dw[std::size_t(j) * DK + d], y);
-      const A k_id = load<A>(k, std::size_t(i) * DK + d);
-      static_cast<T*>(p.dk)[(token0 + i) * DK + d] = store_as<T>(fma_acc(lambda[i], x2, fma_acc(beta_gamma[i], y, sum)));
+      const A k_id = load<A>(k, i, d);
+      dk.at(i, d) = store_as<T>(fma_acc(lambda[i], x2, fma_acc(beta_gamma[i], y, sum)));
       ky = fma_acc(y, k_id, ky);
       kx2 = fma_acc(x2, k_id, kx2);
     }
@@ -513,8 +537,8 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
     for (int e = lane; e < DV; e += 32) {
       A y = 0;
       for (int j = i; j < n; ++j) y = fma_acc(t[j * pc + i], dvbar[std::size_t(j) * DV + e], y);
-      static_cast<T*>(p.dv)[(token0 + i) * DV + e] = store_as<T>(beta[i] * y);
-      vy = fma_acc(y, load<A>(v, std::size_t(i) * DV + e), vy);
+      dv.at(i, e) = store_as<T>(beta[i] * y);
+      vy = fma_acc(y, load<A>(v, i, e), vy);
     }
     vy = warp_sum(vy);
     if (lane == 0) v_y[i] = vy;
@@ -536,8 +560,8 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
   for (int r = tid; r < n; r += kThreads) {
     A sum = 0;
     for (int j = 0; j < r; ++j) sum = fma_acc(dt[r * pc + j], kk[r * pc + j], sum);
-    const A d_beta = fma_acc(gamma[r], k_y[r], sum) + v_y[r];
-    static_cast<T*>(p.d_beta)[token0 + r] = store_as<T>(d_beta);
+    const A d_beta_r = fma_acc(gamma[r], k_y[r], sum) + v_y[r];
+    d_beta.at(r) = store_as<T>(d_beta_r);
     const A d_gamma = fma_acc(beta[r], k_y[r], q_sq[r]);
     A zsum = 0;
     for (int i = 0; i < r; ++i) zsum += z[r * pc + i];
@@ -555,7 +579,7 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
     for (int r = n - 1; r >= 0; --r) {
       running += d_gsum[r];
       if (p.gate_sum_gradients != nullptr) static_cast<A*>(p.gate_sum_gradients)[token0 + r] = d_gsum[r];
-      if (p.d_log_gate != nullptr) static_cast<A*>(p.d_log_gate)[token0 + r] = running;
+      if (d_log_gate) d_log_gate.at(r) = running;
     }
   }
 }
@@ -566,7 +590,7 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const DeltaRul
 
 enum class Stage { prepare, state_scan, gradient_scan, chunk_gradients };
 
-using Kernel = void (*)(const DeltaRuleBackwardParams, const Buffers);
+using Kernel = void (*)(const BackwardStageParams, const Buffers);
 
 struct LaunchShape {
   Kernel kernel;
@@ -576,7 +600,7 @@ struct LaunchShape {
 };
 
 template <class T, int C>
-LaunchShape launch_shape(Stage stage, const DeltaRuleBackwardParams& p) {
+LaunchShape launch_shape(Stage stage, const BackwardStageParams& p) {
   using A = acc_t<T>;
   const unsigned heads = unsigned(p.batch) * unsigned(p.heads);
   const unsigned N = unsigned((p.length + C - 1) / C), slices = unsigned((p.value_dim + kSlice - 1) / kSlice);

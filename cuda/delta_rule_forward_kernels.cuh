@@ -13,7 +13,7 @@
 // slower and removed; their code is at commit 0f86adb (cuda/delta_rule.cu), their figures in NOTES_delta.md.
 #pragma once
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -32,6 +32,8 @@
 namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS {
 
 using namespace nvcuda;
+using delta_rule::DecodeParams;
+using delta_rule::ForwardStageParams;
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kPrepareThreads = 256;
@@ -146,7 +148,7 @@ __device__ void block_gemm(const T* a, const T* a_lo, int lda, const T* b, int l
 // dst (rows_pad × cols_pad, pitch) ← ±src (rows × cols, leading dim ld), zero padded.
 // 16-byte loads when the row length and the source allow it.
 template <class T>
-__device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, int cols, int rows_pad, int cols_pad,
+__device__ void load_operand(T* dst, int pitch, const T* src, std::int64_t ld, int rows, int cols, int rows_pad, int cols_pad,
                              bool negate) {
   constexpr int V = 16 / sizeof(T);
   const bool vector = cols % V == 0 && ld % V == 0 && (reinterpret_cast<std::uintptr_t>(src) & 15) == 0;
@@ -155,7 +157,7 @@ __device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, 
       const int c = vec * V;
       uint4 x = make_uint4(0, 0, 0, 0);
       if (r < rows && c < cols) {
-        x = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(r) * ld + c);
+        x = *reinterpret_cast<const uint4*>(src + r * ld + c);
         if (negate) {  // flip the sign bits: exact
           const unsigned mask = sizeof(T) == 4 ? 0x80000000u : 0x80008000u;
           x.x ^= mask, x.y ^= mask, x.z ^= mask, x.w ^= mask;
@@ -166,7 +168,7 @@ __device__ void load_operand(T* dst, int pitch, const T* src, int ld, int rows, 
   } else {
     for_each_2d(rows_pad, cols_pad, [&](int r, int c) {
       float x = 0.0f;
-      if (r < rows && c < cols) x = to_float(src[static_cast<std::size_t>(r) * ld + c]);
+      if (r < rows && c < cols) x = to_float(src[r * ld + c]);
       dst[r * pitch + c] = from_float<T>(negate ? -x : x);
     });
   }
@@ -184,14 +186,14 @@ __device__ __forceinline__ void chunk_prefix_sums(float& lo, float& hi, int lane
   hi += __shfl_sync(0xffffffffu, lo, 31);
 }
 
-// Loads the fp32 log-gates of one chunk and forms their in-chunk cumulative sums G_i = Σ_{t≤i} g_t
-// (zero for DeltaNet and past the end of a partial chunk, where g is taken as 0). Warp 0 only;
-// the caller's barrier publishes the result.
-__device__ inline void load_cumulative_gates(float* cumulative, const float* log_gate, int size, int chunk_size) {
+// Loads the fp32 log-gates of one chunk (token i at log_gate[i·stride]) and forms their in-chunk
+// cumulative sums G_i = Σ_{t≤i} g_t (zero for DeltaNet and past the end of a partial chunk, where g is
+// taken as 0). Warp 0 only; the caller's barrier publishes the result.
+__device__ inline void load_cumulative_gates(float* cumulative, const float* log_gate, std::int64_t stride, int size, int chunk_size) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
-  float lo = (log_gate != nullptr && lane < size) ? log_gate[lane] : 0.0f;
-  float hi = (log_gate != nullptr && lane + 32 < size) ? log_gate[lane + 32] : 0.0f;
+  float lo = (log_gate != nullptr && lane < size) ? log_gate[lane * stride] : 0.0f;
+  float hi = (log_gate != nullptr && lane + 32 < size) ? log_gate[(lane + 32) * stride] : 0.0f;
   chunk_prefix_sums(lo, hi, lane);
   if (lane < chunk_size) cumulative[lane] = lo;
   if (lane + 32 < chunk_size) cumulative[lane + 32] = hi;
@@ -302,12 +304,17 @@ __device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op
 }
 
 template <class T, int C>
-__global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleForwardParams p) {
-  const int chunk = blockIdx.x, head = blockIdx.y;
+__global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(ForwardStageParams p) {
+  const int chunk = blockIdx.x, head = blockIdx.y, b = head / p.heads, h = head % p.heads;
   const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = gridDim.x;
   const int begin = chunk * C, size = min(C, L - begin);
   const int dkp = round_up(DK, 16), dvp = round_up(DV, 16);
-  const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;  // packed intermediates (W, U)
+  // The chunk's first row of each strided input.
+  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(b, h) + begin * p.k_strides.row;
+  const T* v = static_cast<const T*>(p.v) + p.v_strides.head_offset(b, h) + begin * p.v_strides.row;
+  const T* beta_in = static_cast<const T*>(p.beta) + p.beta_strides.head_offset(b, h) + begin * p.beta_strides.row;
+  const float* log_gate = p.log_gate ? p.log_gate + p.log_gate_strides.head_offset(b, h) + begin * p.log_gate_strides.row : nullptr;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const PrepareLayout lay = prepare_layout(sizeof(T), C, DK, DV);
@@ -324,10 +331,9 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   const int pa = float_pitch(C), pk = operand_pitch(round_up(DK > DV ? DK : DV, 16)), pf = operand_pitch(C);
   const bool gated = p.log_gate != nullptr;
 
-  load_operand(rows, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
-  for (int i = threadIdx.x; i < C; i += blockDim.x)
-    beta[i] = i < size ? to_float(static_cast<const T*>(p.beta)[token0 + i]) : 0.0f;
-  load_cumulative_gates(gates, p.log_gate ? p.log_gate + token0 : nullptr, size, C);
+  load_operand(rows, pk, k, p.k_strides.row, size, DK, C, dkp, false);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) beta[i] = i < size ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
+  load_cumulative_gates(gates, log_gate, p.log_gate_strides.row, size, C);
   __syncthreads();
 
   // Gram matrix K Kᵀ (only tiles on or below the diagonal are needed).
@@ -410,21 +416,21 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
   if constexpr (kTensorCore<T>) {
     // C ≤ 32: V comes in (cp.async) while W is computed, into A's dead space when it fits (DV ≤ 128,
     // 16-byte rows); otherwise (and at C = 64, whose factors live there) into the key rows once W is done.
-    const bool early_v = C < 64 && dvp <= 128 && DV % 8 == 0 && (reinterpret_cast<std::uintptr_t>(p.v) & 15) == 0;
+    const bool early_v = C < 64 && dvp <= 128 && DV % 8 == 0 && (reinterpret_cast<std::uintptr_t>(v) & 15) == 0 &&
+                         (size == 1 || p.v_strides.row % 8 == 0);
     T* v_rows = early_v ? reinterpret_cast<T*>(a) : rows;
     const int pv = operand_pitch(dvp);
     if (early_v) {
-      const T* v = static_cast<const T*>(p.v) + token0 * DV;
       for_each_2d(C, dvp / 8, [&](int r, int vec) {
         const int c = vec * 8;
         const bool valid = r < size && c < DV;
-        copy_async_16(v_rows + r * pv + c, valid ? v + static_cast<std::size_t>(r) * DV + c : v, valid);
+        copy_async_16(v_rows + r * pv + c, valid ? v + r * p.v_strides.row + c : v, valid);
       });
     }
     wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK,
                         p.w_lo ? static_cast<T*>(p.w_lo) + token0 * DK : nullptr, DK, size, DK);
     __syncthreads();  // W's factors and the key rows are consumed: V and (gated) U's factors take their place
-    if (!early_v) load_operand(rows, pv, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+    if (!early_v) load_operand(rows, pv, v, p.v_strides.row, size, DV, C, dvp, false);
     if (gated) build_u_factors();
     copy_async_wait_all();
     __syncthreads();
@@ -432,7 +438,7 @@ __global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(DeltaRuleFo
                         p.u_lo ? static_cast<T*>(p.u_lo) + token0 * DV : nullptr, DV, size, DV);
   } else {
     wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
-    load_operand(rows, pk, static_cast<const T*>(p.v) + token0 * DV, DV, size, DV, C, dvp, false);
+    load_operand(rows, pk, v, p.v_strides.row, size, DV, C, dvp, false);
     build_u_factors();
     __syncthreads();
     wy_product<T, C>(u_hi, u_lo, rows, pk, staging, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
@@ -475,9 +481,9 @@ __host__ __device__ inline ScanLayout scan_layout(int element_size, int chunk, i
 // FMA for fp32), S rounded once to the input dtype as an operand. Per chunk: V̄ = U − W Sᵀ, O = diag(γ)
 // Q Sᵀ + P V̄ and S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K, with four barriers.
 template <class T, int C, int BV>
-__global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(DeltaRuleForwardParams p) {
+__global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(ForwardStageParams p) {
   constexpr bool wide = !kTensorCore<T>;
-  const int slice = blockIdx.x, head = blockIdx.y;
+  const int slice = blockIdx.x, head = blockIdx.y, b = head / p.heads, h = head % p.heads;
   const int L = p.length, DK = p.key_dim, DV = p.value_dim;
   const int N = (L + C - 1) / C;
   const int v0 = slice * BV, bv = min(BV, DV - v0);
@@ -501,9 +507,15 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(DeltaRu
   const int pv = float_pitch(BV), pvo = wide ? pv : operand_pitch(BV), pvd = operand_pitch(BV);
   const int pp = float_pitch(C), ppo = wide ? pp : operand_pitch(C);
 
-  const std::size_t state_base = static_cast<std::size_t>(head) * DV * DK;
+  // Row 0 of this head in each strided tensor.
+  const T* q_head = static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h);
+  const T* k_head = static_cast<const T*>(p.k) + p.k_strides.head_offset(b, h);
+  const float* gate_head = p.log_gate ? p.log_gate + p.log_gate_strides.head_offset(b, h) : nullptr;
+  T* o = static_cast<T*>(p.output) + p.output_strides.head_offset(b, h);
+  const float* initial = p.initial_state ? p.initial_state + p.initial_state_strides.head_offset(b, h) : nullptr;
+  float* final_state = p.final_state + p.final_state_strides.head_offset(b, h);
   for_each_2d(BV, dkp, [&](int r, int c) {
-    const float x = (p.initial_state && r < bv && c < DK) ? p.initial_state[state_base + (v0 + r) * DK + c] : 0.0f;
+    const float x = (initial && r < bv && c < DK) ? initial[(v0 + r) * p.initial_state_strides.row + c] : 0.0f;
     state[r * ps + c] = x;
     if constexpr (!wide) state_op[r * pso + c] = from_float<T>(x);
   });
@@ -512,26 +524,26 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(DeltaRu
 
   for (int chunk = 0; chunk < N; ++chunk) {
     const int begin = chunk * C, size = min(C, L - begin);
-    const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;
+    const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;  // packed intermediates (W, U, V̄)
     if (p.boundary_states) {
       float* dst = p.boundary_states + (static_cast<std::size_t>(head) * N + chunk) * DV * DK;
       for_each_2d(bv, DK, [&](int r, int c) { dst[(v0 + r) * DK + c] = state[r * ps + c]; });
     }
-    load_operand(ks, pk, static_cast<const T*>(p.k) + token0 * DK, DK, size, DK, C, dkp, false);
+    load_operand(ks, pk, k_head + begin * p.k_strides.row, p.k_strides.row, size, DK, C, dkp, false);
     load_operand(neg_w, pk, static_cast<const T*>(p.w) + token0 * DK, DK, size, DK, C, dkp, true);
-    if constexpr (!wide) load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
+    if constexpr (!wide) load_operand(qs, pk, q_head + begin * p.q_strides.row, p.q_strides.row, size, DK, C, dkp, false);
     for (int idx = threadIdx.x; idx < C * BV; idx += blockDim.x) {
       const int i = idx / BV, j = idx % BV;
       v_new[i * pv + j] = (i < size && j < bv) ? to_float(static_cast<const T*>(p.u)[(token0 + i) * DV + v0 + j]) : 0.0f;
     }
-    load_cumulative_gates(gates, p.log_gate ? p.log_gate + token0 : nullptr, size, C);
+    load_cumulative_gates(gates, gate_head ? gate_head + begin * p.log_gate_strides.row : nullptr, p.log_gate_strides.row, size, C);
     __syncthreads();
 
     // V̄ = U + (−W) Sᵀ
     block_gemm<T, Layout::row, Layout::col>(neg_w, nullptr, pk, state_op, pso, v_new, pv, C, BV, dkp, true);
     if constexpr (wide) {  // W and Q share a buffer: Q comes in once W Sᵀ is done
       __syncthreads();
-      load_operand(qs, pk, static_cast<const T*>(p.q) + token0 * DK, DK, size, DK, C, dkp, false);
+      load_operand(qs, pk, q_head + begin * p.q_strides.row, p.q_strides.row, size, DK, C, dkp, false);
       __syncthreads();
     }
     block_gemm<T, Layout::row, Layout::col>(qs, nullptr, pk, state_op, pso, out, pv, C, BV, dkp, false);  // Q Sᵀ
@@ -565,14 +577,13 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(DeltaRu
     block_gemm<T, Layout::col, Layout::row>(v_decayed, nullptr, pvd, ks, pk, state, ps, BV, dkp, C, true);
     __syncthreads();
 
-    T* o = static_cast<T*>(p.output);
-    for_each_2d(size, bv, [&](int i, int j) { o[(token0 + i) * DV + v0 + j] = from_float<T>(out[i * pv + j]); });
+    for_each_2d(size, bv, [&](int i, int j) { o[(begin + i) * p.output_strides.row + v0 + j] = from_float<T>(out[i * pv + j]); });
     if constexpr (!wide)
       for_each_2d(BV, dkp, [&](int r, int c) { state_op[r * pso + c] = from_float<T>(state[r * ps + c]); });
     // The next chunk's loads touch none of out, state or state_op; its first barrier orders them.
   }
   __syncthreads();
-  for_each_2d(bv, DK, [&](int r, int c) { p.final_state[state_base + (v0 + r) * DK + c] = state[r * ps + c]; });
+  for_each_2d(bv, DK, [&](int r, int c) { final_state[(v0 + r) * p.final_state_strides.row + c] = state[r * ps + c]; });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -582,6 +593,35 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(DeltaRu
 
 constexpr int kTcScanThreads = 256, kTcSlice = 64, kTcKeys = 128;
 constexpr int kTcLd = kTcKeys + 8, kTcVLd = kTcSlice + 8;  // padded rows: ldmatrix without bank conflicts
+
+// A warp's 16 × 64 part of a scan's state (registers, mma accumulator layout: 8 n8 tiles) published
+// as hi + lo to the shared tiles the block's products read (row pitch kTcLd) and, when `out_hi` is
+// given, stored as the same pairs to global memory (`out_hi`/`out_lo` at the part's first row and
+// key, row pitch `out_pitch`; `rows_left`/`keys_left` from there bound what is stored).
+template <class T>
+__device__ __forceinline__ void publish_state_part(const float (&S)[8][4], T* s_hi, T* s_lo, int part_row, int part_key,
+                                                   T* out_hi, T* out_lo, int out_pitch, int rows_left, int keys_left,
+                                                   int g, int t) {
+#pragma unroll
+  for (int n = 0; n < 8; n += 2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      unsigned hi[2], lo[2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int at = (part_row + r) * kTcLd + part_key + 8 * (n + m) + 2 * t;
+        split_pair<T>(S[n + m][2 * half], S[n + m][2 * half + 1], hi[m], lo[m]);
+        *reinterpret_cast<unsigned*>(s_hi + at) = hi[m];
+        *reinterpret_cast<unsigned*>(s_lo + at) = lo[m];
+      }
+      if (out_hi != nullptr) {
+        const std::size_t at = static_cast<std::size_t>(r) * out_pitch + 8 * n;
+        store_tile_pairs<T>(out_hi + at, hi[0], hi[1], t, r < rows_left, keys_left - 8 * n);
+        store_tile_pairs<T>(out_lo + at, lo[0], lo[1], t, r < rows_left, keys_left - 8 * n);
+      }
+    }
+}
 
 struct TcScanLayout {
   std::size_t s_hi, s_lo, queries, keys, w, v_new, v_decayed, gates, bytes;
@@ -612,10 +652,14 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 // StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
 // operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
 // (W_hi Sᵀ_hi + W_hi Sᵀ_lo + W_lo Sᵀ_hi), and the update's diag(γ_C/γ) V̄ as hi + lo (two products) — with
-// S_[c] and V̄ written in fp32 (boundary_states, v_new: required). Q's buffer holds W_lo, and the two V̄
-// buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+// S_[c] and V̄ written as the hi + lo pairs the chunk-gradient kernel reads (`pairs`, required). Q's buffer
+// holds W_lo, and the two V̄ buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+struct StatePassOutputs {
+  void *s_hi, *s_lo;  // [B, H, N, DV, DK] dtype: S_[c] = s_hi + s_lo, as the tensor cores see it
+  void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
+};
 template <class T, int C, bool StatePass = false>
-__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(DeltaRuleForwardParams p) {
+__global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(ForwardStageParams p, StatePassOutputs pairs) {
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
@@ -641,21 +685,28 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
   const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
   const bool gated = p.log_gate != nullptr;
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
+  const int b = head / p.heads, h = head % p.heads;
+  // Row 0 of this head in each strided tensor (the launcher checked q and k rows 16-byte aligned).
+  const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h);
+  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(b, h);
+  const float* gate_head = gated ? p.log_gate + p.log_gate_strides.head_offset(b, h) : nullptr;
   const T* w = static_cast<const T*>(p.w);
   const T* u = static_cast<const T*>(p.u);
-  const T* w_lo = static_cast<const T*>(p.w_lo);
+  T* out = static_cast<T*>(p.output) + p.output_strides.head_offset(b, h);
+  const std::size_t head_token0 = static_cast<std::size_t>(head) * L;  // packed intermediates (W, U, V̄)
+  const T* w_head = w + head_token0 * DK;
+  const T* w_lo_head = StatePass ? static_cast<const T*>(p.w_lo) + head_token0 * DK : nullptr;
   const T* u_lo = static_cast<const T*>(p.u_lo);
-  T* out = static_cast<T*>(p.output);
-  const std::size_t head_token0 = static_cast<std::size_t>(head) * L;
+  // StatePass: W_lo comes in where Q would.
+  const T* q_or_w_lo = StatePass ? w_lo_head : q;
+  const std::int64_t q_or_w_lo_row = StatePass ? std::int64_t(DK) : p.q_strides.row;
 
-  // Rows of a [.., L, DK] tensor into [C][kTcLd] (zero past the chunk and past DK).
-  auto load_rows = [&](T* dst, const T* src, std::size_t token0, int size) {
+  // Rows t0.. of a head's [L, DK] rows (row stride `row`) into [C][kTcLd] (zero past the chunk and past DK).
+  auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
     for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;  // constant divisors: shifts
       const bool valid = r < size && c < DK;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + (token0 + r) * DK + c : src, valid);
+      copy_async_16(dst + r * kTcLd + c, valid ? head_rows + (t0 + r) * row + c : head_rows, valid);
     }
   };
   // Value columns v0.. of a [.., L, DV] tensor into [C][kTcVLd].
@@ -667,10 +718,10 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     }
   };
   float g_lo = 0.0f, g_hi = 0.0f;  // warp 0: raw log-gates of the chunk being loaded (i = lane, lane + 32)
-  auto load_gates = [&](std::size_t token0, int size) {
+  auto load_gates = [&](int t0, int size) {
     if (gated && warp == 0) {
-      g_lo = lane < size ? p.log_gate[token0 + lane] : 0.0f;
-      g_hi = lane + 32 < size ? p.log_gate[token0 + lane + 32] : 0.0f;
+      g_lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
+      g_hi = lane + 32 < size ? gate_head[(t0 + lane + 32) * p.log_gate_strides.row] : 0.0f;
     }
   };
 
@@ -681,35 +732,39 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      S[n][x] = (p.initial_state && row < DV && col < DK) ? p.initial_state[(static_cast<std::size_t>(head) * DV + row) * DK + col] : 0.0f;
+      S[n][x] = (p.initial_state && row < DV && col < DK)
+                    ? p.initial_state[p.initial_state_strides.head_offset(b, h) + row * p.initial_state_strides.row + col]
+                    : 0.0f;
     }
 
-  load_rows(q_s, StatePass ? w_lo : q, head_token0, min(C, L));
-  load_rows(w_s, w, head_token0, min(C, L));
-  load_gates(head_token0, min(C, L));
+  load_rows(q_s, q_or_w_lo, q_or_w_lo_row, 0, min(C, L));
+  load_rows(w_s, w_head, DK, 0, min(C, L));
+  load_gates(0, min(C, L));
   for (int chunk = 0; chunk < N; ++chunk) {
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
     // (1) K and U in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
-    load_rows(k_s, k, token0, size);
+    load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
+    {
+      T* out_hi = nullptr;  // the state pass's S_[c] pairs
+      T* out_lo = nullptr;
+      const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
+      if constexpr (StatePass) out_hi = static_cast<T*>(pairs.s_hi) + at, out_lo = static_cast<T*>(pairs.s_lo) + at;
+      publish_state_part<T>(S, s_hi, s_lo, state_rows, state_key0, out_hi, out_lo, DK, DV - v0 - state_rows,
+                            DK - state_key0, g, t);
+    }
+    if (!StatePass && p.boundary_states)  // S_[c] in fp32, for the stage tests
 #pragma unroll
-    for (int n = 0; n < kStateTiles; ++n)
+      for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = state_rows + g + 8 * half, c = state_key0 + 8 * n + 2 * t;
-        unsigned hi, lo;
-        split_pair<T>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
-        *reinterpret_cast<unsigned*>(s_hi + r * kTcLd + c) = hi;
-        *reinterpret_cast<unsigned*>(s_lo + r * kTcLd + c) = lo;
-        if (p.boundary_states && v0 + r < DV && c < DK) {
-          float* dst = p.boundary_states + ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c;
-          dst[0] = S[n][2 * half];
-          if (c + 1 < DK) dst[1] = S[n][2 * half + 1];
+        for (int x = 0; x < 4; ++x) {
+          const int r = state_rows + g + (x / 2) * 8, c = state_key0 + 8 * n + 2 * t + x % 2;
+          if (v0 + r < DV && c < DK)
+            p.boundary_states[((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + r) * DK + c] = S[n][x];
         }
-      }
     if (gated && warp == 0) {
       float lo = g_lo, hi = g_hi;
       chunk_prefix_sums(lo, hi, lane);
@@ -770,11 +825,22 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
         const float decay = gated ? expf(last - gates[r]) : 1.0f;
+        if constexpr (StatePass) {  // V̄ itself as a pair for the chunk gradients
+#pragma unroll
+          for (int n = 0; n < kOutTiles; n += 2) {
+            unsigned hi[2], lo[2];
+            for (int m = 0; m < 2; ++m) split_pair<T>(V[n + m][2 * half], V[n + m][2 * half + 1], hi[m], lo[m]);
+            const int c = out_col0 + 8 * n;
+            const std::size_t at = (token0 + r) * DV + v0 + c;
+            store_tile_pairs<T>(static_cast<T*>(pairs.v_hi) + at, hi[0], hi[1], t, r < size, DV - v0 - c);
+            store_tile_pairs<T>(static_cast<T*>(pairs.v_lo) + at, lo[0], lo[1], t, r < size, DV - v0 - c);
+          }
+        }
 #pragma unroll
         for (int n = 0; n < kOutTiles; ++n) {
           const int c = out_col0 + 8 * n + 2 * t;
           const float x0 = V[n][2 * half], x1 = V[n][2 * half + 1];
-          if (p.v_new && r < size && v0 + c < DV) {
+          if (!StatePass && p.v_new && r < size && v0 + c < DV) {
             float* dst = p.v_new + (token0 + r) * DV + v0 + c;
             dst[0] = x0, dst[1] = x1;
           }
@@ -850,9 +916,9 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
     if (chunk + 1 < N) {
       const int next_size = min(C, L - t0 - C);
-      load_rows(q_s, StatePass ? w_lo : q, token0 + C, next_size);
-      load_rows(w_s, w, token0 + C, next_size);
-      load_gates(token0 + C, next_size);
+      load_rows(q_s, q_or_w_lo, q_or_w_lo_row, t0 + C, next_size);
+      load_rows(w_s, w_head, DK, t0 + C, next_size);
+      load_gates(t0 + C, next_size);
     }
     if constexpr (!StatePass) if (computes_output) {
 #pragma unroll
@@ -873,7 +939,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int r = i0 + g + 8 * half, c = v0 + out_col0 + 8 * n + 2 * t;
-          if (r < size && c < DV) *reinterpret_cast<unsigned*>(out + (token0 + r) * DV + c) = pack_pair<T>(O[n][2 * half], O[n][2 * half + 1]);
+          if (r < size && c < DV)
+            *reinterpret_cast<unsigned*>(out + (t0 + r) * p.output_strides.row + c) = pack_pair<T>(O[n][2 * half], O[n][2 * half + 1]);
         }
     }
     if (gated) {
@@ -911,7 +978,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int row = v0 + state_rows + g + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      if (p.final_state && row < DV && col < DK) p.final_state[(static_cast<std::size_t>(head) * DV + row) * DK + col] = S[n][x];
+      if (p.final_state && row < DV && col < DK)
+        p.final_state[p.final_state_strides.head_offset(b, h) + row * p.final_state_strides.row + col] = S[n][x];
     }
 }
 
@@ -927,33 +995,36 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 template <class T, int PerLane>
-__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeParams p) {
+__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeParams p) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, head = blockIdx.y;
-  const int DK = p.key_dim, DV = p.value_dim, steps = p.tokens;
+  const int DK = p.key_dim, DV = p.value_dim, steps = p.tokens, bi = head / p.heads, h = head % p.heads;
   if (row >= DV) return;  // no block-level barrier below
-  const std::size_t state_row = (static_cast<std::size_t>(head) * DV + row) * DK;
+  // This head's tensors (row 0) and this warp's state row; in place, initial and final rows coincide.
+  const float* initial = p.initial_state ? p.initial_state + p.initial_state_strides.head_offset(bi, h) + row * p.initial_state_strides.row : nullptr;
+  float* final_row = p.final_state + p.final_state_strides.head_offset(bi, h) + row * p.final_state_strides.row;
   float s[PerLane];
 #pragma unroll
   for (int e = 0; e < PerLane; ++e) {
     const int col = lane + 32 * e;
-    s[e] = (p.initial_state && col < DK) ? p.initial_state[state_row + col] : 0.0f;
+    s[e] = (initial && col < DK) ? initial[col] : 0.0f;
   }
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-  const T* beta = static_cast<const T*>(p.beta);
+  const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(bi, h);
+  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(bi, h);
+  const T* v = static_cast<const T*>(p.v) + p.v_strides.head_offset(bi, h);
+  const T* beta = static_cast<const T*>(p.beta) + p.beta_strides.head_offset(bi, h);
+  const float* log_gate = p.log_gate ? p.log_gate + p.log_gate_strides.head_offset(bi, h) : nullptr;
+  T* out = static_cast<T*>(p.output) + p.output_strides.head_offset(bi, h);
   for (int t = 0; t < steps; ++t) {
-    const std::size_t token = static_cast<std::size_t>(head) * steps + t;
     float kr[PerLane], qr[PerLane];
 #pragma unroll
     for (int e = 0; e < PerLane; ++e) {
       const int col = lane + 32 * e;
-      kr[e] = col < DK ? to_float(k[token * DK + col]) : 0.0f;
-      qr[e] = col < DK ? to_float(q[token * DK + col]) : 0.0f;
+      kr[e] = col < DK ? to_float(k[t * p.k_strides.row + col]) : 0.0f;
+      qr[e] = col < DK ? to_float(q[t * p.q_strides.row + col]) : 0.0f;
     }
-    const float alpha = p.log_gate ? expf(p.log_gate[token]) : 1.0f;
-    const float b = to_float(beta[token]), value = to_float(v[token * DV + row]);
+    const float alpha = log_gate ? expf(log_gate[t * p.log_gate_strides.row]) : 1.0f;
+    const float b = to_float(beta[t * p.beta_strides.row]), value = to_float(v[t * p.v_strides.row + row]);
     float sk = 0.0f;
 #pragma unroll
     for (int e = 0; e < PerLane; ++e) sk = fmaf(s[e], kr[e], sk);
@@ -967,13 +1038,16 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DeltaRuleDecodeP
       o = fmaf(s[e], qr[e], o);
     }
     o = warp_sum(o);
-    if (lane == 0) static_cast<T*>(p.output)[token * DV + row] = from_float<T>(o);
+    if (lane == 0) out[t * p.output_strides.row + row] = from_float<T>(o);
   }
 #pragma unroll
   for (int e = 0; e < PerLane; ++e) {
     const int col = lane + 32 * e;
-    if (col < DK) p.final_state[state_row + col] = s[e];
+    if (col < DK) final_row[col] = s[e];
   }
 }
 
 }  // namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS
+
+// Stage 1, v10 (loads overlapped, products in registers): launched in place of wy_prepare_kernel above.
+#include "cuda/delta_rule_prepare_kernels.cuh"

@@ -7,10 +7,27 @@
 //   forward   — chunkwise form (article's Equation 4), optionally exposing the boundary states S_[c]
 //   backward  — dQ, dK, dV, dS_0 from dO and an optional incoming dS_L
 // Tensors are [B, H, rows, cols] with the column stride 1 and explicit batch/head/row strides
-// in elements (`contiguous(...)` fills them for a packed tensor). Inputs, outputs and gradients
-// share one dtype; states are always in the accumulation type (fp64 for fp64 inputs, else fp32).
-// Bad arguments throw std::invalid_argument naming the argument (nothing is launched, no output
-// touched); CUDA failures throw cuda::CudaError carrying the kernel's name.
+// in elements (cuda/layout.hpp's Strides, in any order that keeps entries apart; `contiguous(...)`
+// fills them for a packed tensor). Inputs, outputs and gradients share one dtype; states are always in
+// the accumulation type (fp64 for fp64 inputs, else fp32). Bad arguments throw std::invalid_argument
+// naming the argument (nothing is launched, no output touched); CUDA failures throw cuda::CudaError
+// carrying the kernel's name. The same API shape as delta_rule.h.
+//
+// Memory: no output may share a byte with any other tensor, input or output (validate compares the
+// address ranges the strides imply and names both tensors); the one exception is decode's state
+// updated in place, initial_state == final_state with equal strides.
+//
+// NaN and ±Inf inputs are computed with, not refused (IEEE arithmetic, no check reads them), and in
+// the forward and decode they go where the recurrence carries them (bad_inputs_gpu_test.cpp):
+//   * a NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or ±Inf, every other output
+//     and the states are bit for bit those without it;
+//   * a NaN in k_t[d] makes column d of every later state NaN, hence every entry of o_s for s ≥ t;
+//     a NaN in v_t[r] makes row r of every later state NaN and column r of o_s for s ≥ t, every
+//     other entry bit for bit unchanged;
+//   * outputs of tokens before t's 16-token tile are bit for bit unchanged; those between the tile's
+//     start and t may be NaN too (the tensor-core pass multiplies masked-out zeros by the tile's
+//     values, 0 · NaN = NaN). Decode runs token by token: o_s for s < t is unchanged.
+// The backward propagates them by the same arithmetic; which gradients they reach is not stated.
 //
 // Range: the state is a sum over all tokens with no decay, so it grows without bound (≈ √L for
 // zero-mean inputs, ∝ L for same-signed ones). States stay fp32; an output entry is rounded once to
@@ -24,26 +41,20 @@
 #pragma once
 
 #include "cuda/check.hpp"
+#include "cuda/layout.hpp"
 #include "cuda/types.hpp"
 
 #include <cstdint>
 
 namespace deltaproof::cuda::linear_attention {
 
-// Where entry (b, h, i, j) lives: data + b*batch + h*head + i*row + j (in elements).
-struct Strides {
-  std::int64_t batch = 0, head = 0, row = 0;
-};
-inline Strides contiguous(int heads, int rows, int cols) {
-  return {std::int64_t{heads} * rows * cols, std::int64_t{rows} * cols, cols};
-}
-
-// The chunk sizes the chunkwise kernels are built for, and the largest head dim.
-inline constexpr int supported_chunk_sizes[] = {16, 32, 64};
-inline constexpr int max_head_dim = 256;
+using cuda::contiguous;
+using cuda::max_head_dim;
+using cuda::Strides;
+using cuda::supported_chunk_sizes;
 
 // The dtype of states for inputs of `dtype`: fp64 for fp64, fp32 otherwise.
-inline DType state_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+inline DType state_dtype(DType dtype) { return accumulator_dtype(dtype); }
 
 struct ForwardParams {
   DType dtype = DType::bf16;  // q, k, v, output

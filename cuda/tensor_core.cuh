@@ -100,6 +100,22 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
   lo = pack_pair<T>(x0 - h.x, x1 - h.y);
 }
 
+// Two neighbouring n8 accumulator tiles (n, n + 1) of one fragment row, each lane holding one 16-bit
+// pair of each, stored with one 8-byte write per lane: after one exchange with the neighbouring lane,
+// lanes t = 0, 2 write tile n's columns 0–3 and 4–7 and lanes t = 1, 3 tile n + 1's. A row's four lanes
+// then fill one 32-byte sector per instruction, where 4-byte pair stores fill half of two (and the L2
+// merges halves). Every lane of the warp must call it (the exchange); `columns_left` (a multiple of 4:
+// the row length is a multiple of 8) counts tile n's valid columns from `tile_n`, which is 8-byte aligned.
+template <class T>
+__device__ __forceinline__ void store_tile_pairs(T* tile_n, unsigned pair_n, unsigned pair_n1, int t, bool row_valid,
+                                                 int columns_left) {
+  const bool second = t & 1;
+  const unsigned neighbour = __shfl_xor_sync(0xffffffffu, second ? pair_n : pair_n1, 1);
+  const int column = 8 * (t & 1) + 2 * (t & 2);
+  if (row_valid && column < columns_left)
+    *reinterpret_cast<uint2*>(tile_n + column) = second ? make_uint2(neighbour, pair_n1) : make_uint2(pair_n, neighbour);
+}
+
 // 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
 __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
 #ifdef DELTAPROOF_CUDA_EMULATION

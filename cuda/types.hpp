@@ -16,6 +16,9 @@ inline std::size_t size_of(DType t) {
   }
 }
 
+// The accumulation type of kernels whose inputs are `t` (and of their states): fp64 for fp64, else fp32.
+inline DType accumulator_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
 inline std::string name_of(DType t) {
   switch (t) {
     case DType::f64: return "fp64";

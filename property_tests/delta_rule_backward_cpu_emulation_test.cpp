@@ -55,7 +55,7 @@ struct EmulatedBuffers {
 };
 
 template <class T, int C>
-void run_stages(const cuda::DeltaRuleBackwardParams& p, const bk::Buffers& b, ThreadOrder order, std::uint64_t seed) {
+void run_stages(const cuda::delta_rule::BackwardStageParams& p, const bk::Buffers& b, ThreadOrder order, std::uint64_t seed) {
   for (bk::Stage stage : {bk::Stage::prepare, bk::Stage::state_scan, bk::Stage::gradient_scan, bk::Stage::chunk_gradients}) {
     const bk::LaunchShape shape = bk::launch_shape<T, C>(stage, p);
     emulation::launch({shape.grid, dim3(bk::kThreads), shape.shared_bytes, order, seed++}, shape.kernel, p, b);
@@ -84,8 +84,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.boundary = Tensor("boundary_states", acc, B, H, N * DV, DK), m.state_gradients = Tensor("state_gradients", acc, B, H, N * DV, DK);
   m.output = Tensor("output", d, B, H, L, DV), m.final_state = Tensor("final_state", acc, B, H, DV, DK);
 
-  cuda::DeltaRuleBackwardParams p;
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data(), p.d_output = m.d_output.data();
   p.log_gate = c.gated ? m.log_gate.data() : nullptr;
   p.initial_state = m.initial_state.data(), p.d_final_state = m.d_final_state.data();

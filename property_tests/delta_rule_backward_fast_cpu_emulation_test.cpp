@@ -6,7 +6,7 @@
 // truncates once to fp32 (the truncating end of the bounds' u_acc); expf is glibc's.
 #include "property_tests/support/cuda_emulation.hpp"
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
 #include "verify/delta_rule_backward_stages.hpp"
 #include "verify/delta_rule_stages.hpp"
@@ -68,19 +68,20 @@ namespace bk = deltaproof::cuda::backward_fast_kernels_emulated;
 struct Emulated {
   Tensor q, k, v, beta, log_gate, initial_state, d_output, d_final_state;
   Tensor dq, dk, dv, d_beta, d_log_gate, d_initial_state;
-  Tensor a, t, w, w_lo, u, u_lo, boundary, v_new, d_v_new, state_gradients, gate_sums, d_w, e, d_gate_sums;
+  Tensor a, t, w, w_lo, u, u_lo, s_hi, s_lo, v_hi, v_lo, dv_hi, dv_lo, g_hi, g_lo, gate_sums, d_w, e, d_gate_sums;
 };
 
 template <int C>
-void run_kernels(const cuda::DeltaRuleBackwardParams& p, const cuda::DeltaRuleForwardParams& f, const bk::FastBuffers& b,
+void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::delta_rule::ForwardStageParams& f, const bk::FastBuffers& b,
                  ThreadOrder order, std::uint64_t seed) {
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
   const unsigned slices = unsigned((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice);
-  emulation::launch({dim3(N, heads), dim3(fk::kPrepareThreads), fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, order, seed},
-                    fk::wy_prepare_kernel<T, C>, f);
+  emulation::launch({dim3(N, heads), dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
+                     order, seed},
+                    fk::wy_prepare_async_kernel<T, C>, f);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed + 1},
-                    fk::chunk_scan_registers_kernel<T, C, true>, f);
+                    fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
                     bk::gradient_scan_registers_kernel<T, C>, p, b);
   emulation::launch({dim3(N, heads), dim3(bk::kFastThreads), bk::chunk_gradients_layout(C).bytes, order, seed + 3},
@@ -88,7 +89,8 @@ void run_kernels(const cuda::DeltaRuleBackwardParams& p, const cuda::DeltaRuleFo
 }
 
 // The tensor-core backward on the emulated machine; every intermediate read back exactly (an entry never
-// written is an error), W and U as their hi + lo sums, as the stage checks take them.
+// written is an error), the pairs (W, U, S_[c], V̄, dV̄, G_[c+1]) as their hi + lo sums, as the stage checks
+// take them.
 BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                 ThreadOrder order = ThreadOrder::shuffled, std::uint64_t seed = 1) {
   if (c.dtype != DType::bf16 || c.key_dim > 128 || c.value_dim > 128 || c.key_dim % 8 != 0 || c.value_dim % 8 != 0)
@@ -108,30 +110,37 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.a = Tensor("wy_system", f32, B, H, N * C, C), m.t = Tensor("wy_inverse", f32, B, H, N * C, C);
   m.w = Tensor("w", d, B, H, L, DK), m.w_lo = Tensor("w_lo", d, B, H, L, DK);
   m.u = Tensor("u", d, B, H, L, DV), m.u_lo = Tensor("u_lo", d, B, H, L, DV);
-  m.boundary = Tensor("boundary_states", f32, B, H, N * DV, DK), m.state_gradients = Tensor("state_gradients", f32, B, H, N * DV, DK);
-  m.v_new = Tensor("v_new", f32, B, H, L, DV), m.d_v_new = Tensor("d_v_new", f32, B, H, L, DV);
+  m.s_hi = Tensor("s_hi", d, B, H, N * DV, DK), m.s_lo = Tensor("s_lo", d, B, H, N * DV, DK);
+  m.g_hi = Tensor("state_gradients_hi", d, B, H, N * DV, DK), m.g_lo = Tensor("state_gradients_lo", d, B, H, N * DV, DK);
+  m.v_hi = Tensor("v_hi", d, B, H, L, DV), m.v_lo = Tensor("v_lo", d, B, H, L, DV);
+  m.dv_hi = Tensor("d_v_new_hi", d, B, H, L, DV), m.dv_lo = Tensor("d_v_new_lo", d, B, H, L, DV);
   m.gate_sums = Tensor("gate_sums", f32, B, H, L, 1), m.d_w = Tensor("d_w", f32, B, H, L, DK);
   m.e = Tensor("wy_system_adjoint", f32, B, H, N * C, C);
   if (c.gated) m.d_gate_sums = Tensor("gate_sum_gradients", f32, B, H, L, 1);
 
-  cuda::DeltaRuleBackwardParams p;
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
   p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data(), p.log_gate = m.log_gate.data();
   p.initial_state = m.initial_state.data(), p.d_output = m.d_output.data(), p.d_final_state = m.d_final_state.data();
   p.dq = m.dq.data(), p.dk = m.dk.data(), p.dv = m.dv.data(), p.d_beta = m.d_beta.data(), p.d_log_gate = m.d_log_gate.data();
   p.d_initial_state = m.d_initial_state.data();
   const auto fp = [](Tensor& x) { return static_cast<float*>(x.data()); };
-  const bk::FastBuffers b{fp(m.t),       m.w.data(),     m.w_lo.data(),          m.u.data(),
-                          m.u_lo.data(), fp(m.boundary), fp(m.v_new),            fp(m.d_v_new),
-                          fp(m.state_gradients), fp(m.gate_sums), fp(m.d_w), fp(m.e), fp(m.d_gate_sums)};
+  bk::FastBuffers b{};
+  b.wy_inverse = fp(m.t), b.w = m.w.data(), b.w_lo = m.w_lo.data(), b.u = m.u.data(), b.u_lo = m.u_lo.data();
+  b.state_pass = {m.s_hi.data(), m.s_lo.data(), m.v_hi.data(), m.v_lo.data()};
+  b.d_v_new_hi = m.dv_hi.data(), b.d_v_new_lo = m.dv_lo.data();
+  b.state_gradients_hi = m.g_hi.data(), b.state_gradients_lo = m.g_lo.data();
+  b.gate_sums = fp(m.gate_sums), b.d_w = fp(m.d_w), b.wy_system_adjoint = fp(m.e), b.gate_sum_gradients = fp(m.d_gate_sums);
   // The forward's parameters as delta_rule_backward_fast.cu builds them.
-  cuda::DeltaRuleForwardParams f;
+  cuda::delta_rule::ForwardStageParams f;
   f.dtype = d, f.batch = p.batch, f.heads = p.heads, f.length = p.length, f.key_dim = p.key_dim, f.value_dim = p.value_dim;
-  f.chunk_size = p.chunk_size, f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
+  f.chunk_size = p.chunk_size;
+  cuda::delta_rule::set_contiguous_strides(f);
+  f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
   f.log_gate = static_cast<const float*>(p.log_gate), f.initial_state = static_cast<const float*>(p.initial_state);
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo, f.wy_system = fp(m.a), f.wy_inverse = b.wy_inverse;
-  f.v_new = b.v_new, f.boundary_states = b.boundary_states;
   switch (C) {
     case 16: run_kernels<16>(p, f, b, order, seed); break;
     case 32: run_kernels<32>(p, f, b, order, seed); break;
@@ -143,12 +152,15 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   r.tensor_cores = true;
   r.dq = read(m.dq), r.dk = read(m.dk), r.dv = read(m.dv), r.d_beta = read(m.d_beta), r.d_initial_state = read(m.d_initial_state);
   if (c.gated) r.d_log_gate = read(m.d_log_gate), r.d_gate_sums = read(m.d_gate_sums);
-  r.a = read(m.a), r.t = read(m.t), r.boundary = read(m.boundary), r.state_gradients = read(m.state_gradients);
-  r.v_new = read(m.v_new), r.d_v_new = read(m.d_v_new), r.gate_sums = read(m.gate_sums), r.d_w = read(m.d_w), r.e = read(m.e);
-  r.w = read(m.w), r.u = read(m.u);
-  const Tensor4<Exact> w_lo = read(m.w_lo), u_lo = read(m.u_lo);
-  for (size_t i = 0; i < r.w.data.size(); ++i) r.w.data[i] += w_lo.data[i];  // the kernel's W is hi + lo
-  for (size_t i = 0; i < r.u.data.size(); ++i) r.u.data[i] += u_lo.data[i];
+  r.a = read(m.a), r.t = read(m.t), r.gate_sums = read(m.gate_sums), r.d_w = read(m.d_w), r.e = read(m.e);
+  const auto sum = [](const Tensor& hi, const Tensor& lo) {  // the kernels' value of a pair: hi + lo
+    Tensor4<Exact> x = read(hi);
+    const Tensor4<Exact> y = read(lo);
+    for (size_t i = 0; i < x.data.size(); ++i) x.data[i] += y.data[i];
+    return x;
+  };
+  r.w = sum(m.w, m.w_lo), r.u = sum(m.u, m.u_lo), r.boundary = sum(m.s_hi, m.s_lo), r.v_new = sum(m.v_hi, m.v_lo);
+  r.d_v_new = sum(m.dv_hi, m.dv_lo), r.state_gradients = sum(m.g_hi, m.g_lo);
   return r;
 }
 

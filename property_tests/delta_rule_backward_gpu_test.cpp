@@ -256,18 +256,20 @@ TEST(DeltaRuleBackwardChecks, AcceptTheOracleStoredAsTheKernelStoresIt) {
 // Bad arguments are named before any CUDA call (so the same messages come without a device): the
 // size, chunk, dtype and presence checks. The device-pointer checks come after (GPU test below).
 TEST(DeltaRuleBackwardChecks, ValidationNamesTheArgumentBeforeAnyCudaCall) {
-  float host[64] = {};
-  cuda::DeltaRuleBackwardParams good;
+  std::vector<float> host(64 * 1024);  // each tensor its own 4 KB (the workspace 176 KB): apart, as outputs must be
+  const auto at = [&](int i) { return static_cast<void*>(host.data() + 1024 * i); };
+  cuda::delta_rule::BackwardStageParams good;
   good.dtype = DType::bf16, good.batch = 1, good.heads = 2, good.length = 40, good.key_dim = 8, good.value_dim = 8;
   good.chunk_size = 16;
-  good.q = good.k = good.v = good.beta = good.d_output = host;
-  good.dq = good.dk = good.dv = good.d_beta = host;
-  good.workspace = host;
+  cuda::delta_rule::set_contiguous_strides(good);
+  good.q = at(0), good.k = at(1), good.v = at(2), good.beta = at(3), good.d_output = at(4);
+  good.dq = at(5), good.dk = at(6), good.dv = at(7), good.d_beta = at(8);
+  good.workspace = at(20);
   auto expect_rejected = [&](const std::string& argument, const std::string& message, auto mutate) {
-    cuda::DeltaRuleBackwardParams p = good;
+    cuda::delta_rule::BackwardStageParams p = good;
     mutate(p);
     try {
-      cuda::validate(p);
+      cuda::delta_rule::testing::validate(p);
       ADD_FAILURE() << "no exception for a bad " << argument;
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
@@ -279,7 +281,7 @@ TEST(DeltaRuleBackwardChecks, ValidationNamesTheArgumentBeforeAnyCudaCall) {
   expect_rejected("batch", "must be >= 1", [](auto& p) { p.batch = 0; });
   expect_rejected("heads", "must be >= 1", [](auto& p) { p.heads = -1; });
   expect_rejected("batch*heads", "must be <= 65535", [](auto& p) { p.batch = 300, p.heads = 300; });
-  expect_rejected("length", "must be >= 1", [](auto& p) { p.length = 0; });
+  expect_rejected("length", "must be in 1..", [](auto& p) { p.length = 0; });
   expect_rejected("key_dim", "must be in 1..256", [](auto& p) { p.key_dim = 257; });
   expect_rejected("value_dim", "must be in 1..256", [](auto& p) { p.value_dim = 0; });
   expect_rejected("chunk_size", "must be 16, 32 or 64", [](auto& p) { p.chunk_size = 48; });
@@ -289,11 +291,11 @@ TEST(DeltaRuleBackwardChecks, ValidationNamesTheArgumentBeforeAnyCudaCall) {
   expect_rejected("d_output", "must not be null", [](auto& p) { p.d_output = nullptr; });
   expect_rejected("dk", "must not be null", [](auto& p) { p.dk = nullptr; });
   expect_rejected("d_beta", "must not be null", [](auto& p) { p.d_beta = nullptr; });
-  expect_rejected("d_log_gate", "must be given with log_gate", [&](auto& p) { p.log_gate = host; });
-  expect_rejected("d_log_gate", "must be null without log_gate", [&](auto& p) { p.d_log_gate = host; });
+  expect_rejected("d_log_gate", "must be given with log_gate", [&](auto& p) { p.log_gate = at(10); });
+  expect_rejected("d_log_gate", "must be null without log_gate", [&](auto& p) { p.d_log_gate = at(10); });
   expect_rejected("workspace", "bytes are needed", [](auto& p) { p.workspace = nullptr; });
-  EXPECT_THROW(cuda::delta_rule_backward_workspace_bytes([&] {
-                 cuda::DeltaRuleBackwardParams p = good;
+  EXPECT_THROW(cuda::delta_rule::testing::workspace_bytes([&] {
+                 cuda::delta_rule::BackwardStageParams p = good;
                  p.chunk_size = 12;
                  return p;
                }()),
@@ -303,15 +305,15 @@ TEST(DeltaRuleBackwardChecks, ValidationNamesTheArgumentBeforeAnyCudaCall) {
 // The workspace holds exactly the intermediates left null: none when all are given.
 TEST(DeltaRuleBackwardChecks, WorkspaceHoldsOnlyWhatIsNotGiven) {
   float host[4] = {};
-  cuda::DeltaRuleBackwardParams p;
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = DType::f64, p.batch = 2, p.heads = 3, p.length = 70, p.key_dim = 5, p.value_dim = 7, p.chunk_size = 32;
   const std::size_t heads = 6, L = 70, N = 3, C = 32, DK = 5, DV = 7;
   const auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
   const std::size_t expected = aligned(heads * L * 8) + 2 * aligned(heads * N * C * C * 8) + 2 * aligned(heads * L * DK * 8) +
                                3 * aligned(heads * L * DV * 8) + 2 * aligned(heads * N * DV * DK * 8);
-  EXPECT_EQ(cuda::delta_rule_backward_workspace_bytes(p), expected);
+  EXPECT_EQ(cuda::delta_rule::testing::workspace_bytes(p), expected);
   p.gate_sums = p.wy_inverse = p.w = p.u = p.scores = p.boundary_states = p.v_new = p.d_v_new = p.state_gradients = p.d_w = host;
-  EXPECT_EQ(cuda::delta_rule_backward_workspace_bytes(p), 0u);
+  EXPECT_EQ(cuda::delta_rule::testing::workspace_bytes(p), 0u);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -560,11 +562,11 @@ TEST(DeltaRuleBackwardGpu, ZeroGatesEqualDeltaNetBitwise) {
     const Cotangents cot = make_cotangents(c);
     const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
     BackwardBuffers plain = allocate_backward(c, true);
-    cuda::delta_rule_backward(backward_params(c, dev, plain));
+    cuda::delta_rule::testing::backward(backward_params(c, dev, plain));
     DeltaCase gated_case = c;
     gated_case.gated = true;
     BackwardBuffers gated = allocate_backward(gated_case, true);
-    cuda::delta_rule_backward(backward_params(gated_case, dev, gated));
+    cuda::delta_rule::testing::backward(backward_params(gated_case, dev, gated));
     auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
     EXPECT_TRUE(same(plain.dq, gated.dq) && same(plain.dk, gated.dk) && same(plain.dv, gated.dv)) << describe(c);
     EXPECT_TRUE(same(plain.d_beta, gated.d_beta) && same(plain.d_initial_state, gated.d_initial_state)) << describe(c);
@@ -584,8 +586,8 @@ TEST(DeltaRuleBackwardGpu, Deterministic) {
     const Cotangents cot = make_cotangents(c);
     const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
     BackwardBuffers first = allocate_backward(c, false), second = allocate_backward(c, false);
-    cuda::delta_rule_backward(backward_params(c, dev, first));
-    cuda::delta_rule_backward(backward_params(c, dev, second));
+    cuda::delta_rule::testing::backward(backward_params(c, dev, first));
+    cuda::delta_rule::testing::backward(backward_params(c, dev, second));
     for (auto [x, y, name] : {std::tuple{&first.dq, &second.dq, "dq"}, {&first.dk, &second.dk, "dk"}, {&first.dv, &second.dv, "dv"},
                               {&first.d_beta, &second.d_beta, "dbeta"}, {&first.d_initial_state, &second.d_initial_state, "dS_0"}})
       EXPECT_EQ(dt::download_bytes(*x), dt::download_bytes(*y)) << describe(c) << " " << name;
@@ -607,10 +609,10 @@ TEST(DeltaRuleBackwardGpu, InvalidPointersThrowBeforeAnyLaunch) {
   const auto poisoned = dt::download_bytes(f.dq);
   std::vector<float> host_buffer(4096);
   auto expect_rejected = [&](const std::string& argument, auto mutate) {
-    cuda::DeltaRuleBackwardParams p = backward_params(c, dev, f);
+    cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, f);
     mutate(p);
     try {
-      cuda::delta_rule_backward(p);
+      cuda::delta_rule::testing::backward(p);
       ADD_FAILURE() << "no exception for a bad " << argument;
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()).rfind(argument + ":", 0), 0u) << e.what();

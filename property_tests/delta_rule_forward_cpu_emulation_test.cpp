@@ -1,5 +1,5 @@
 // The DeltaNet / Gated DeltaNet forward kernels' own source (cuda/delta_rule_forward_kernels.cuh:
-// wy_prepare_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
+// wy_prepare_async_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
 // emulation of CUDA blocks (support/cuda_emulation.hpp: ldmatrix, mma.sync, cp.async and WMMA as
 // the PTX ISA defines them), every intermediate read back and judged by the GPU suite's stage checks
 // (verify/delta_rule_stages.hpp, as property_tests/delta_rule_gpu_test.cpp). NOT a GPU result; it
@@ -11,7 +11,7 @@
 // unless a test plants a bug in them for the length of one run.
 #include "property_tests/support/cuda_emulation.hpp"
 
-#include "cuda/delta_rule.h"
+#include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
 #include "verify/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -27,7 +27,7 @@
 
 namespace deltaproof::cuda::forward_kernels_emulated {
 
-enum class Plant { none, ldmatrix_row, transposed_fragment, copy_wait_missing };
+enum class Plant { none, ldmatrix_row, transposed_fragment, copy_wait_missing, state_lo_dropped };
 inline Plant planted = Plant::none;
 
 // ldmatrix_x4 (A operands: the T factors in W and U, W and Q in the scan): with ldmatrix_row, lane 3
@@ -44,6 +44,13 @@ inline void ldmatrix_x4_trans_under_test(unsigned (&r)[4], const void* row) {
   if (planted == Plant::transposed_fragment) tensor_core::ldmatrix_x4(r, row);
   else tensor_core::ldmatrix_x4_trans(r, row);
 }
+// split_pair (the hi + lo split of fp32 operands; in the forward only S's is fed to the tensor cores): with
+// state_lo_dropped, lo = 0, so S enters as one bf16 rounding, which the register scan's bound does not allow.
+template <class T>
+inline void split_pair_under_test(float x0, float x1, unsigned& hi, unsigned& lo) {
+  tensor_core::split_pair<T>(x0, x1, hi, lo);
+  if (planted == Plant::state_lo_dropped) lo = 0;
+}
 // copy_async_wait_all: with copy_wait_missing, nothing (the copies are never waited for).
 inline void copy_async_wait_all_under_test() {
   if (planted != Plant::copy_wait_missing) tensor_core::copy_async_wait_all();
@@ -57,12 +64,14 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 #define ldmatrix_x4(r, row) ldmatrix_x4_under_test(r, row)
 #define ldmatrix_x4_trans(r, row) ldmatrix_x4_trans_under_test(r, row)
 #define copy_async_wait_all copy_async_wait_all_under_test
+#define split_pair split_pair_under_test
 // The kernels' source, compiled here under its own namespace (never the nvcc build's launch stubs).
 #define DELTAPROOF_FORWARD_KERNELS forward_kernels_emulated
 #include "cuda/delta_rule_forward_kernels.cuh"
 #undef ldmatrix_x4
 #undef ldmatrix_x4_trans
 #undef copy_async_wait_all
+#undef split_pair
 
 namespace {
 
@@ -85,14 +94,14 @@ struct EmulatedForward {
 
 // Stage 1 and the register scan, launched as delta_rule.cu launches them (its register_scan() case).
 template <class T, int C>
-void run_kernels(const cuda::DeltaRuleForwardParams& p, ThreadOrder order, std::uint64_t seed) {
+void run_kernels(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder order, std::uint64_t seed) {
   const unsigned heads = unsigned(p.batch * p.heads);
-  const std::size_t prepare_bytes = fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
-  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::kPrepareThreads), prepare_bytes, order, seed},
-                    fk::wy_prepare_kernel<T, C>, p);
+  const std::size_t prepare_bytes = fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
+  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::wy_prepare_async_threads(C)), prepare_bytes, order, seed},
+                    fk::wy_prepare_async_kernel<T, C>, p);
   emulation::launch({dim3((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice, heads), dim3(fk::kTcScanThreads),
                      fk::tc_scan_layout(C).bytes, order, seed + 1},
-                    fk::chunk_scan_registers_kernel<T, C>, p);
+                    fk::chunk_scan_registers_kernel<T, C>, p, fk::StatePassOutputs{});
 }
 
 // The forward on the emulated machine, every intermediate read back exactly (an entry never
@@ -113,8 +122,9 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   m.a = Tensor("wy_system", DType::f32, B, H, N * C, C), m.t = Tensor("wy_inverse", DType::f32, B, H, N * C, C);
   m.boundary = Tensor("boundary_states", DType::f32, B, H, N * DV, DK);
 
-  cuda::DeltaRuleForwardParams p;
+  cuda::delta_rule::ForwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  cuda::delta_rule::set_contiguous_strides(p);
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data();
   p.log_gate = static_cast<const float*>(m.log_gate.data()), p.initial_state = static_cast<const float*>(m.initial_state.data());
   p.output = m.output.data(), p.final_state = static_cast<float*>(m.final_state.data()), p.w = m.w.data(), p.u = m.u.data();
@@ -139,6 +149,7 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   ForwardResult r;
   r.output = read(m.output), r.final_state = read(m.final_state), r.w = read(m.w), r.u = read(m.u);
   r.v_new = read(m.v_new), r.a = read(m.a), r.t = read(m.t), r.boundary = read(m.boundary);
+  r.arithmetic = ScanArithmetic::register_scan;
   return r;
 }
 
@@ -230,7 +241,8 @@ TEST(DeltaRuleForwardCpuEmulation, PlantedBugsAreCaught) {
   const HostInputs in = make_inputs(c);
   ASSERT_TRUE(all_agree(check_stages(c, in, emulate_forward(c, in))));
   for (auto [plant, name] : {std::pair{Plant::ldmatrix_row, "one wrong ldmatrix row address"},
-                             {Plant::transposed_fragment, "a B fragment loaded untransposed"}}) {
+                             {Plant::transposed_fragment, "a B fragment loaded untransposed"},
+                             {Plant::state_lo_dropped, "S fed as one bf16 rounding (its lo part dropped)"}}) {
     const auto rep = check_stages(c, in, emulate_forward(c, in, ThreadOrder::shuffled, plant));
     EXPECT_FALSE(all_agree(rep)) << name << " passed the stage checks";
     std::cout << name << ": max err/bound " << worst_per_stage(rep) << "\n";

@@ -199,9 +199,9 @@ TEST(DeltaRuleGpu, RegimeZeroGatesEqualDeltaNetBitwise) {
     const HostInputs in = make_inputs(c);
     const DeviceInputs dev = upload_inputs(c, in);
     ForwardBuffers plain = allocate_forward(c, true), gated = allocate_forward(c, true);
-    cuda::delta_rule_forward(forward_params(c, dev, plain));
+    cuda::delta_rule::testing::forward(forward_params(c, dev, plain));
     c.gated = true;
-    cuda::delta_rule_forward(forward_params(c, dev, gated));
+    cuda::delta_rule::testing::forward(forward_params(c, dev, gated));
     auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
     EXPECT_TRUE(same(plain.output, gated.output)) << describe(c);
     EXPECT_TRUE(same(plain.final_state, gated.final_state)) << describe(c);
@@ -385,8 +385,8 @@ TEST(DeltaRuleGpu, Deterministic) {
     const HostInputs in = make_inputs(c);
     const DeviceInputs dev = upload_inputs(c, in);
     ForwardBuffers first = allocate_forward(c, false), second = allocate_forward(c, false);
-    cuda::delta_rule_forward(forward_params(c, dev, first));
-    cuda::delta_rule_forward(forward_params(c, dev, second));
+    cuda::delta_rule::testing::forward(forward_params(c, dev, first));
+    cuda::delta_rule::testing::forward(forward_params(c, dev, second));
     EXPECT_EQ(dt::download_bytes(first.output), dt::download_bytes(second.output)) << describe(c);
     EXPECT_EQ(dt::download_bytes(first.final_state), dt::download_bytes(second.final_state)) << describe(c);
   }
@@ -405,11 +405,11 @@ TEST(DeltaRuleGpu, InvalidArgumentsThrowBeforeAnyLaunch) {
   const auto poisoned = dt::download_bytes(f.output);
   std::vector<float> host_buffer(1024);
   auto expect_rejected = [&](const std::string& argument, auto mutate) {
-    cuda::DeltaRuleForwardParams p = forward_params(c, dev, f);
+    cuda::delta_rule::ForwardStageParams p = forward_params(c, dev, f);
     p.wy_system = p.wy_inverse = p.v_new = p.boundary_states = nullptr;
     mutate(p);
     try {
-      cuda::delta_rule_forward(p);
+      cuda::delta_rule::testing::forward(p);
       ADD_FAILURE() << "no exception for a bad " << argument;
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
@@ -427,9 +427,9 @@ TEST(DeltaRuleGpu, InvalidArgumentsThrowBeforeAnyLaunch) {
   expect_rejected("final_state", [](auto& p) { p.final_state = nullptr; });
   expect_rejected("log_gate", [&](auto& p) { p.log_gate = host_buffer.data(); });
 
-  cuda::DeltaRuleDecodeParams d;
+  cuda::delta_rule::DecodeParams d;
   d.dtype = c.dtype, d.batch = 1, d.heads = 1, d.tokens = 1, d.key_dim = 300, d.value_dim = 8;
-  EXPECT_THROW(cuda::delta_rule_decode(d), std::invalid_argument);
+  EXPECT_THROW(cuda::delta_rule::decode(d), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 // Sizes past 2³¹: every launcher refuses what its index arithmetic cannot hold — before any CUDA
 // call, with a message naming the argument — and takes everything up to that limit. Memory offsets
-// are 64-bit in both kernel families (size_t for DeltaNet's packed tensors, int64 strides for linear
-// attention); chunk arithmetic is int, hence cuda::max_sequence_length = 2³¹ − 64. Runs without a
+// are 64-bit in both kernel families (int64 strides for the user's tensors, size_t for DeltaNet's
+// packed intermediates); chunk arithmetic is int, hence cuda::max_sequence_length = 2³¹ − 64. Runs without a
 // device: all pointers are null, so the first check that passes the sizes stops at "q: must not be
 // null" (which needs no CUDA call either).
-#include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
+#include "property_tests/support/gpu.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,33 +19,30 @@ namespace {
 
 namespace cu = deltaproof::cuda;
 namespace kla = deltaproof::cuda::linear_attention;
+namespace kdr = deltaproof::cuda::delta_rule;
 using cu::DType;
 constexpr int longest = cu::max_sequence_length;
 
-// The invalid_argument message of f(), or "no exception" when it returns.
-template <class F>
-std::string rejection(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using deltaproof::testing::rejection;
 
 ::testing::AssertionResult names(const std::string& message, const std::string& argument) {
   if (message.rfind(argument + ":", 0) == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "expected an error naming " << argument << ", got: " << message;
 }
 
+// One head of `length` tokens (decode: tokens), packed; either family's params (found by ADL).
 template <class Params>
-Params linear_attention_shape(int length) {
+Params shape_of(int length, int head_dim) {
   Params p;
-  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = 256, p.value_dim = 256;
+  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.key_dim = head_dim, p.value_dim = head_dim;
   if constexpr (requires { p.tokens; }) p.tokens = length;
   else p.length = length, p.chunk_size = 64;
-  kla::set_contiguous_strides(p);
+  set_contiguous_strides(p);
   return p;
+}
+template <class Params>
+Params linear_attention_shape(int length) {
+  return shape_of<Params>(length, 256);
 }
 
 TEST(KernelSizeLimits, LongestSequenceIsTwoToThe31MinusChunk) {
@@ -73,8 +70,8 @@ TEST(KernelSizeLimits, LinearAttentionRefusesStridesWhoseOffsetsPassInt64) {
     edit(p);
     return rejection([&] { kla::forward(p); });
   };
-  // (rows − 1)·row wraps 64 bits: a check in int64 would see a small head stride as enough.
-  EXPECT_TRUE(names(forward_with([](auto& p) { p.q_strides.row = std::int64_t{1} << 62; }), "q_strides.head"));
+  // (rows − 1)·row wraps 64 bits: a check in int64 would see the largest offset as small.
+  EXPECT_TRUE(names(forward_with([](auto& p) { p.q_strides.row = std::int64_t{1} << 62; }), "q_strides"));
   // Each stride is consistent, but (B − 1)·batch passes 2⁶³ − 1.
   EXPECT_TRUE(names(forward_with([](auto& p) {
     p.batch = 4;
@@ -89,23 +86,25 @@ TEST(KernelSizeLimits, LinearAttentionRefusesStridesWhoseOffsetsPassInt64) {
   }), "q"));
 }
 
-cu::DeltaRuleForwardParams delta_shape(int length) {
-  cu::DeltaRuleForwardParams p;
-  p.dtype = DType::bf16, p.batch = 1, p.heads = 1, p.length = length, p.key_dim = 128, p.value_dim = 128, p.chunk_size = 64;
-  return p;
+template <class Params>
+Params delta_shape(int length) {
+  return shape_of<Params>(length, 128);
 }
 
 TEST(KernelSizeLimits, DeltaRuleRefusesLongerSequencesAndTakesTheLongest) {
   for (int length : {longest + 1, INT_MAX}) {
-    EXPECT_TRUE(names(rejection([&] { cu::delta_rule_forward(delta_shape(length)); }), "length"));
-    cu::DeltaRuleDecodeParams d;
-    d.dtype = DType::bf16, d.batch = 1, d.heads = 1, d.tokens = length, d.key_dim = 128, d.value_dim = 128;
-    EXPECT_TRUE(names(rejection([&] { cu::delta_rule_decode(d); }), "tokens"));
+    EXPECT_TRUE(names(rejection([&] { kdr::forward(delta_shape<kdr::ForwardParams>(length)); }), "length"));
+    EXPECT_TRUE(names(rejection([&] { kdr::backward(delta_shape<kdr::BackwardParams>(length)); }), "length"));
+    EXPECT_TRUE(names(rejection([&] { kdr::decode(delta_shape<kdr::DecodeParams>(length)); }), "tokens"));
   }
-  EXPECT_TRUE(names(rejection([&] { cu::delta_rule_forward(delta_shape(longest)); }), "q"));
-  cu::DeltaRuleDecodeParams d;
-  d.dtype = DType::bf16, d.batch = 1, d.heads = 1, d.tokens = longest, d.key_dim = 128, d.value_dim = 128;
-  EXPECT_TRUE(names(rejection([&] { cu::delta_rule_decode(d); }), "q"));
+  // The forward's workspace (W and U, 2·2³¹ rows of 128 bf16) is named first, then the tensors.
+  EXPECT_TRUE(names(rejection([&] { kdr::forward(delta_shape<kdr::ForwardParams>(longest)); }), "workspace"));
+  EXPECT_TRUE(names(rejection([&] {
+    auto p = delta_shape<kdr::ForwardParams>(longest);
+    p.workspace = reinterpret_cast<void*>(std::uintptr_t{1} << 47);  // never dereferenced: refused before any CUDA call
+    kdr::forward(p);
+  }), "q"));
+  EXPECT_TRUE(names(rejection([&] { kdr::decode(delta_shape<kdr::DecodeParams>(longest)); }), "q"));
 }
 
 }  // namespace

@@ -154,15 +154,18 @@ void run_delta(vf::Op op, DType dtype) {
   vf::DeviceBuffer q = replicate(in.q_bits), k = replicate(in.k_bits), v = replicate(in.v_bits),
                    beta = replicate(in.beta_bits), g = replicate(in.g_f32);
   const std::size_t elements = std::size_t(kHeads) * kLength * kDim;
-  vf::DeviceBuffer o(elements * 2), w(elements * 2), u(elements * 2), s(std::size_t(kHeads) * kDim * kDim * 4);
-  cu::DeltaRuleForwardParams p;
+  vf::DeviceBuffer o(elements * 2), s(std::size_t(kHeads) * kDim * kDim * 4);
+  cu::delta_rule::ForwardParams p;
   p.dtype = dtype, p.batch = 1, p.heads = kHeads, p.length = kLength, p.key_dim = kDim, p.value_dim = kDim;
   p.chunk_size = 64;
+  cu::delta_rule::set_contiguous_strides(p);
   p.q = q.get(), p.k = k.get(), p.v = v.get(), p.beta = beta.get();
   p.log_gate = op == vf::Op::gated_delta ? static_cast<const float*>(g.get()) : nullptr;
-  p.output = o.get(), p.final_state = static_cast<float*>(s.get()), p.w = w.get(), p.u = u.get();
-  cu::delta_rule_forward(p);
-  cu::check(cudaDeviceSynchronize(), "delta_rule_forward");
+  p.output = o.get(), p.final_state = static_cast<float*>(s.get());
+  vf::DeviceBuffer workspace(cu::delta_rule::workspace_bytes(p));  // W and U: 2 · elements · 2 bytes
+  p.workspace = workspace.get();
+  cu::delta_rule::forward(p);
+  cu::check(cudaDeviceSynchronize(), "delta_rule::forward");
   check_heads_and_judge(op, dtype, in, o.get(), static_cast<const float*>(s.get()));
 }
 

@@ -1,7 +1,9 @@
 // `deltaproof check`: the verdict on any kernel, from files. The inputs a kernel was given and what
 // it produced are read (verify/tensor_file.hpp), the oracle is evaluated on the exact values of
 // those inputs and every produced tensor is judged within its derived bound (verify/judge.hpp).
-// This file only parses, prints and maps the verdict to an exit code.
+// This file only parses, prints and maps the verdict to an exit code. A NaN or ±Inf in any tensor
+// (g = −∞ too) is refused as bad input (exit 2, the file, tensor and entry named), never judged: the
+// bounds hold for finite numbers only (tools/tests/check_cli_test.sh).
 #include "tools/commands.hpp"
 #include "verify/judge.hpp"
 #include "verify/tensor_file.hpp"

@@ -9,7 +9,8 @@
 //                        [--fast-weight linear|swiglu] [--dk --dv --seed]
 //   deltaproof check     --op linear|delta|gated-delta --inputs IN --outputs OUT [--grads G]
 //                        [--layout bhld|blhd] [--cu-seqlens] [--scale X] [--qk-l2norm] [--tf32] [--json]
-//                        (IN, OUT, G: .safetensors or .npz; see verify/tensor_file.hpp)
+//                        (IN, OUT, G: .safetensors or .npz; see verify/tensor_file.hpp; NaN or ±Inf
+//                        in any tensor, input or output, is bad input: exit 2 naming the tensor and entry)
 //
 // Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
 #include "tools/commands.hpp"

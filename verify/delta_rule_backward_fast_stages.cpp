@@ -10,7 +10,7 @@
 // ε_D is a kernel decay's error (k of them). M is the stage's program on |inputs| (every − turned into +)
 // with every rounded operand's magnitude raised by 2⁻¹¹⁸ ≥ η/u², so that ρ·M also covers the absolute error
 // η of an operand that lands below bf16's normal range (the very-negative-gate regime).
-// The forward stages (A, T, W, U, V̄, S_[c+1]) are the forward kernels' own, checked by check_stages with
+// The forward stages (A, T, W, U, V̄, S_[c+1]) are the forward kernels' own, checked by check_stages as
 // ScanArithmetic::state_pass (verify/delta_rule_stages.cpp).
 #include "verify/delta_rule_backward_fast_stages.hpp"
 
@@ -103,21 +103,30 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
     const Matrix<S> e_top = e_all.middleRows(cc * C, C).topLeftCorner(n, n), ea = absolute(e_top);
     const Matrix<S> scores = Value<S>::scores(qc, kc, x), scores_mag = Magnitude<S>::scores(qa, ka, x);
 
+    // The reverse scan keeps G in fp32 registers and writes dV̄ and G_[c+1] as pairs (what stage 4 reads): an
+    // exposed pair differs from the value it was formed from by u² of it (and η).
+    const auto pair_residual = [](const Matrix<S>& exposed) {
+      return Matrix<S>((exposed.cwiseAbs() * S(kU2 * (1 + 1e-12))).array() + S(0x1p-134));  // u²|x| + η_bf16
+    };
     // dV̄ = diag(λ) K Ĝ'ᵀ + Pᵀ dO: Ĝ' and P (formed in fp32 from the exact inputs, × decay) as hi + lo.
     {
       const Matrix<S> ref_value = Value<S>::d_v_new(scores, doc, kc, g_next, x);
       const Matrix<S> mag = Magnitude<S>::d_v_new(rounded(scores_mag), doa, ka, rounded(g_next), x);
-      add("dVbar", cc, dvbar_hat, ref_value, bound_of<S>(mag, ref_value, rho_fast(DK + n + 3, 0, kU2, kd, eps), false, un));
+      add("dVbar", cc, dvbar_hat, ref_value,
+          Matrix<S>(bound_of<S>(mag, ref_value, rho_fast(DK + n + 3, 0, kU2, kd, eps), false, un) + pair_residual(dvbar_hat)));
     }
-    // G_[c] = γ_{n−1} Ĝ' + (diag(γ) dO)ᵀ Q − dV̄̂ᵀ W_hi: dV̄ and diag(γ) dO rounded once, W_hi = Ŵ − W_lo
-    // (|W_lo| ≤ u/(1 − u) |Ŵ|: one rounding and 2u²).
+    // G_[c] = γ_{n−1} G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W_hi from the registers' G' (Ĝ' to u²) and dV̄ rounded once
+    // (within u(1 + u) of the pair dV̄̂), diag(γ) dO rounded once, W_hi = Ŵ − W_lo (|W_lo| ≤ u/(1 − u) |Ŵ|: one
+    // rounding and 2u²); exposed as a pair (dS_prev) or in fp32 (dS_0).
     if (cc > 0 || has(r.d_initial_state)) {
       const Matrix<S> prev_hat = cc > 0 ? Matrix<S>(grads.middleRows((cc - 1) * DV, DV)) : kernel(r.d_initial_state);
       const Matrix<S> ref_value = Value<S>::s_grad(g_next, doc, qc, dvbar_hat, w_hat, x);
       const Matrix<S> mag = Magnitude<S>::s_grad(absolute(g_next), c.gated ? rounded(doc) : doa, qa, rounded(dvbar_hat),
                                                  rounded(w_hat), x);
-      add(cc > 0 ? "dS_prev" : "dS_0", cc, prev_hat, ref_value,
-          bound_of<S>(mag, ref_value, rho_fast(2 * n + 2, 2, 2 * kU2, kd, eps), false, un));
+      Matrix<S> bound = bound_of<S>(mag, ref_value, rho_fast(2 * n + 2, 2, 3 * kU2, kd, eps), false, un) +
+                        pair_residual(Matrix<S>(g_next * x.gamma_end));
+      if (cc > 0) bound += pair_residual(prev_hat);
+      add(cc > 0 ? "dS_prev" : "dS_0", cc, prev_hat, ref_value, bound);
     }
 
     // dW = −dV̄̂ Ŝ: both as hi + lo, the lo·lo product dropped.
@@ -204,7 +213,8 @@ std::vector<Comparison> check_backward_stages_fast(const DeltaCase& c, const Hos
     throw std::invalid_argument("check_backward_stages: the result holds no intermediates (run_backward with intermediates)");
   ForwardResult f;  // stages 1–2 are the forward's kernels in their backward modes
   f.final_state = r.final_state, f.w = r.w, f.u = r.u, f.v_new = r.v_new, f.a = r.a, f.t = r.t, f.boundary = r.boundary;
-  std::vector<Comparison> rep = check_stages(c, in, f, ScanArithmetic::state_pass);
+  f.arithmetic = ScanArithmetic::state_pass;
+  std::vector<Comparison> rep = check_stages(c, in, f);
   ref::for_each_head(c.batch, c.heads, [&](Index b, Index h) {
     if (c.gated) check_head_fast<High>(c, in, cot, r, b, h, rep);
     else check_head_fast<Exact>(c, in, cot, r, b, h, rep);

@@ -21,8 +21,6 @@ namespace dt = deltaproof::verify;
 namespace dr = ref::delta_rule;
 namespace gdr = ref::gated_delta_rule;
 
-DType accumulator_dtype(DType d) { return d == DType::f64 ? DType::f64 : DType::f32; }
-
 Cotangents make_cotangents(const DeltaCase& c, bool with_final_state_gradient) {
   std::mt19937_64 engine(c.seed + 1);
   std::uniform_int_distribution<int> entry(-8, 8);
@@ -491,7 +489,7 @@ BackwardBuffers allocate_backward(const DeltaCase& c, bool intermediates, bool f
   f.d_initial_state = dt::allocate(acc, B, H, DV, DK);
   if (intermediates) {
     f.gate_sums = dt::allocate(acc, B, H, L, 1);
-    f.d_gate_sums = dt::allocate(acc, B, H, L, 1);
+    if (c.gated) f.d_gate_sums = dt::allocate(acc, B, H, L, 1);
     f.a = dt::allocate(acc, B, H, N * C, C);
     f.t = dt::allocate(acc, B, H, N * C, C);
     f.scores = dt::allocate(acc, B, H, N * C, C);
@@ -511,8 +509,8 @@ BackwardBuffers allocate_backward(const DeltaCase& c, bool intermediates, bool f
   return f;
 }
 
-cuda::DeltaRuleBackwardParams backward_params(const DeltaCase& c, const BackwardDeviceInputs& d, BackwardBuffers& f) {
-  cuda::DeltaRuleBackwardParams p;
+cuda::delta_rule::BackwardStageParams backward_params(const DeltaCase& c, const BackwardDeviceInputs& d, BackwardBuffers& f) {
+  cuda::delta_rule::BackwardStageParams p;
   p.dtype = c.dtype;
   p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
@@ -529,8 +527,9 @@ cuda::DeltaRuleBackwardParams backward_params(const DeltaCase& c, const Backward
   p.state_gradients = f.state_gradients.data(), p.d_w = f.d_w.data(), p.wy_system = f.a.data();
   p.wy_system_adjoint = f.e.data(), p.gate_sum_gradients = f.d_gate_sums.data();
   p.output = f.output.data(), p.final_state = f.final_state.data();
-  if (cuda::delta_rule_backward_uses_tensor_cores(p)) p.scores = nullptr;  // P stays in registers there
-  const std::size_t bytes = cuda::delta_rule_backward_workspace_bytes(p);
+  cuda::delta_rule::set_contiguous_strides(p);
+  if (cuda::delta_rule::tensor_core_backward_applies(p)) p.scores = nullptr;  // P stays in registers there
+  const std::size_t bytes = cuda::delta_rule::testing::workspace_bytes(p);
   if (bytes > f.workspace.bytes()) f.workspace = DeviceBuffer(bytes);
   p.workspace = bytes ? f.workspace.get() : nullptr;
   return p;
@@ -552,11 +551,12 @@ BackwardResult read_back(const DeltaCase& c, const BackwardBuffers& f) {
 BackwardResult run_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot, bool intermediates) {
   const BackwardDeviceInputs d = upload_backward_inputs(c, in, cot);
   BackwardBuffers f = allocate_backward(c, intermediates);
-  const cuda::DeltaRuleBackwardParams p = backward_params(c, d, f);
-  cuda::delta_rule_backward(p);
+  const cuda::delta_rule::BackwardStageParams p = backward_params(c, d, f);
+  cuda::delta_rule::testing::backward(p);
+  const bool tensor_cores = cuda::delta_rule::tensor_core_backward_applies(p);
+  if (tensor_cores) f.scores = DeviceTensor();  // P stays in registers there: nothing to read back
   BackwardResult r = read_back(c, f);
-  r.tensor_cores = cuda::delta_rule_backward_uses_tensor_cores(p);
-  if (r.tensor_cores) r.scores = Tensor4<Exact>();  // never written there
+  r.tensor_cores = tensor_cores;
   return r;
 }
 
@@ -564,8 +564,7 @@ BackwardResult run_backward_forward(const DeltaCase& c, const HostInputs& in) {
   const Cotangents none = make_cotangents(c, false);
   const BackwardDeviceInputs d = upload_backward_inputs(c, in, none);
   BackwardBuffers f = allocate_backward(c, false, true);
-  cuda::DeltaRuleBackwardParams p = backward_params(c, d, f);
-  cuda::delta_rule_backward_forward(p);
+  cuda::delta_rule::testing::backward_forward(backward_params(c, d, f));
   BackwardResult r;
   r.output = dt::download(f.output);
   r.final_state = dt::download(f.final_state);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/delta_rule.h"
+#include "cuda/testing/delta_rule_stages.h"
 #include "reference/scalar.hpp"
 #include "verify/comparison.hpp"
 #include "verify/delta_rule_stages.hpp"
@@ -42,7 +43,7 @@
 namespace deltaproof::verify::delta_rule {
 
 // The accumulation (and state, log-gate) dtype of the backward: fp64 for fp64 inputs, else fp32.
-DType accumulator_dtype(DType d);
+using cuda::accumulator_dtype;
 
 // The cotangents of L = <dO, O> + <dS_L, S_L>.
 struct Cotangents {
@@ -75,7 +76,8 @@ BackwardDeviceInputs upload_backward_inputs(const DeltaCase& c, const HostInputs
 // intermediates: every intermediate in its own buffer (else the workspace holds them); forward:
 // also the recomputed output and final state.
 BackwardBuffers allocate_backward(const DeltaCase& c, bool intermediates, bool forward = false);
-cuda::DeltaRuleBackwardParams backward_params(const DeltaCase& c, const BackwardDeviceInputs& d, BackwardBuffers& f);
+// The intermediates `f` holds are given, the others in f.workspace (grown to fit); strides packed.
+cuda::delta_rule::BackwardStageParams backward_params(const DeltaCase& c, const BackwardDeviceInputs& d, BackwardBuffers& f);
 BackwardResult read_back(const DeltaCase& c, const BackwardBuffers& f);
 BackwardResult run_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot, bool intermediates = true);
 // The backward's own forward (stages 1 and 2): output and final_state.

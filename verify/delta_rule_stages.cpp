@@ -82,8 +82,8 @@ ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
   return f;
 }
 
-cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f) {
-  cuda::DeltaRuleForwardParams p;
+cuda::delta_rule::ForwardStageParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f) {
+  cuda::delta_rule::ForwardStageParams p;
   p.dtype = c.dtype;
   p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
@@ -96,6 +96,7 @@ cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInpu
   p.wy_inverse = static_cast<float*>(f.t.data());
   p.v_new = static_cast<float*>(f.v_new.data());
   p.boundary_states = static_cast<float*>(f.boundary.data());
+  cuda::delta_rule::set_contiguous_strides(p);
   return p;
 }
 
@@ -117,8 +118,11 @@ ForwardResult read_back(const ForwardBuffers& f, bool intermediates) {
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates) {
   const DeviceInputs d = upload_inputs(c, in);
   ForwardBuffers f = allocate_forward(c, intermediates);
-  cuda::delta_rule_forward(forward_params(c, d, f));
-  return read_back(f, intermediates);
+  const cuda::delta_rule::ForwardStageParams p = forward_params(c, d, f);
+  cuda::delta_rule::testing::forward(p);
+  ForwardResult r = read_back(f, intermediates);
+  r.arithmetic = cuda::delta_rule::testing::uses_register_scan(p) ? ScanArithmetic::register_scan : ScanArithmetic::fallback_scan;
+  return r;
 }
 
 Units units_of(DType d) {
@@ -162,16 +166,24 @@ static Matrix<S> decay_matrix(bool gated, const Vector<High>& g) {
   return gdr::decay_from_gates<S>(Vector<S>::Ones(g.size()));
 }
 
+// Roundings a term of T's blocks of size `size` passes through, as the prepare kernel computes them (fp32
+// fmaf, each one rounding): the 16×16 forward substitution x_ij = −Σ_{j≤m<i} a_im x_mj (sum in m order, a_im
+// exact) puts i − j ≤ 15 on a term; a merge T21 = −T22 (A21 T11) multiplies computed factors, whose counts
+// add (Higham, Lemma 3.3), and sums twice over ≤ s terms: D(2s) = 2 D(s) + 2s, so 15, 62, 188 at 16, 32, 64.
+static long inverse_roundings(Index size) { return size <= 16 ? 15 : 2 * inverse_roundings(size / 2) + size; }
+
 // One head, every chunk: A, T (whole, each 16×16 diagonal block, each merged block), W, U, V̄,
 // S_[c+1] (boundary, or final when the result has it), O (when it has it). S is Exact for DeltaNet and
 // High for Gated DeltaNet.
 template <class S>
 static void check_head_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, Index b, Index h,
-                              ScanArithmetic arithmetic, std::vector<Comparison>& rep) {
+                              std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
-  // The state pass stores W and U as hi + lo (x = hi + lo to u² |x|, η below the normal range) and feeds
-  // W, U, S and the update's V̄ to the tensor cores as such pairs: every u_op of those steps becomes u_op².
-  const bool pairs = arithmetic == ScanArithmetic::state_pass;
+  // The register scan feeds S to W Sᵀ and Q Sᵀ as a hi + lo pair (x = hi + lo to u² |x|, η below the normal
+  // range); the state pass also stores W and U as pairs and feeds W, U and the update's V̄ as pairs: every u_op
+  // of those steps becomes u_op².
+  const bool pairs = r.arithmetic == ScanArithmetic::state_pass;
+  const bool s_pair = r.arithmetic != ScanArithmetic::fallback_scan;
   const double u_pair = un.op * un.op;
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
@@ -221,8 +233,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     a_bound.topLeftCorner(n, n) = dr::strictly_lower<S>(Matrix<S>(scalar_times(rho(DK + 2, 0, 0, eps_d), a_mag) + floor_of(a_mag)));
     add("A", cc, a_hat, a_ref, a_bound);
 
-    // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and two merge levels
-    // in fp32, at most 2C roundings deep; magnitude (I − |strictly_lower(Â)|)⁻¹.
+    // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and merge levels in fp32,
+    // γ_D(u32) with D = inverse_roundings(C) (15, 62, 188; the v9 comment's "2C roundings deep" under-counted
+    // the merges' products at C = 64); magnitude (I − |strictly_lower(Â)|)⁻¹, the same program on |Â|.
     const Matrix<S> a_top = a_hat.topLeftCorner(n, n);
     const dr::BlockInverse<S> inv = dr::invert_unit_lower_blocked<S>(a_top, 16);
     const Matrix<S> t_mag_top = dr::invert_unit_lower_forward_substitution<S>(
@@ -232,12 +245,12 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     t_ref.topLeftCorner(n, n) = inv.t;
     t_mag.topLeftCorner(n, n) = t_mag_top;
     Matrix<S> t_bound = exact_bound(C, C);
-    t_bound.topLeftCorner(n, n) = scalar_times(ref::gamma(2 * C, u32), t_mag_top) + floor_of(t_mag_top);
+    t_bound.topLeftCorner(n, n) = scalar_times(ref::gamma(inverse_roundings(C), u32), t_mag_top) + floor_of(t_mag_top);
     add("T", cc, t_hat, t_ref, t_bound);
     for (size_t blk = 0; blk < inv.diagonal_block_inverses.size(); ++blk) {
       const Index at = Index(blk) * 16;
       add("T16." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, 16, 16)), inv.diagonal_block_inverses[blk],
-          Matrix<S>(scalar_times(ref::gamma(32, u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
+          Matrix<S>(scalar_times(ref::gamma(inverse_roundings(16), u32), Matrix<S>(t_mag.block(at, at, 16, 16))) +
                     Matrix<S>::Constant(16, 16, floor_of(t_mag_top)(0, 0))));
     }
     for (size_t level = 0; level < inv.merged_levels.size(); ++level)
@@ -245,7 +258,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
         const Index size = Index(16) << (level + 1), at = Index(blk) * size;
         add("T" + std::to_string(size) + "." + std::to_string(blk), cc, Matrix<S>(t_hat.block(at, at, size, size)),
             inv.merged_levels[level][blk],
-            Matrix<S>(scalar_times(ref::gamma(2 * size, u32), Matrix<S>(t_mag.block(at, at, size, size))) +
+            Matrix<S>(scalar_times(ref::gamma(inverse_roundings(size), u32), Matrix<S>(t_mag.block(at, at, size, size))) +
                       Matrix<S>::Constant(size, size, floor_of(t_mag_top)(0, 0))));
       }
 
@@ -275,20 +288,31 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> vnew_ref = u_hat - w_hat * s_hat.transpose();
     const Matrix<S> vnew_mag = u_hat.cwiseAbs() + w_hat.cwiseAbs() * s_hat.cwiseAbs().transpose();
     const Matrix<S> vnew_eta = w_hat.cwiseAbs() * Matrix<S>::Ones(DK, DV);
-    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : rho(DK + 1, 1, un.op);
+    // State pass: V̄ is exposed as the pair it is written as (u² |V̄| more, and η).
+    const double r_vnew = pairs ? rho(DK + 2, 0, 0, 2 * u_pair) : s_pair ? rho(DK + 1, 0, 0, u_pair) : rho(DK + 1, 1, un.op);
+    const Matrix<S> vnew_stored = pairs ? Matrix<S>(scalar_times(u_pair, Matrix<S>(vnew_hat.cwiseAbs())).array() + S(un.eta))
+                                        : Matrix<S>(Matrix<S>::Zero(n, DV));
     add("Vbar", cc, vnew_hat, vnew_ref,
-        Matrix<S>(scalar_times(r_vnew, vnew_mag) + scalar_times((pairs ? 2 : 1) * un.eta, vnew_eta) + floor_of(vnew_mag)));
+        Matrix<S>(scalar_times(r_vnew, vnew_mag) + scalar_times((pairs ? 2 : 1) * un.eta, vnew_eta) + vnew_stored + floor_of(vnew_mag)));
 
     // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand (state pass: hi + lo), C + 1
     // accumulations.
     if (cc + 1 == N && !has_final) continue;
     const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
     const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
+    // State pass: the kernel carries S in fp32 registers and exposes pairs of it, so Ŝ_[c] and a boundary
+    // Ŝ_[c+1] each differ from what it computed with by u²|S| (+η), and its update operand pair(λ V̄) differs
+    // from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄|.
+    const Matrix<S> pair_residuals =
+        pairs ? Matrix<S>(Matrix<S>(scalar_times(u_pair, Matrix<S>(s_hat.cwiseAbs() * gamma_end +
+                                                              (cc + 1 < N ? Matrix<S>(s_next_hat.cwiseAbs()) : Matrix<S>(Matrix<S>::Zero(DV, DK)))))).array() +
+                          S(2 * un.eta))
+              : Matrix<S>(Matrix<S>::Zero(DV, DK));
     const Matrix<S> s_next_bound =
         scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
-        scalar_times(pairs ? rho(C + 3, 0, 0, u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
+        scalar_times(pairs ? rho(C + 3, 0, 0, 3 * u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
                      Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
-        scalar_times(un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
+        scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) + pair_residuals +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
     add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
@@ -302,7 +326,9 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> o_eta = q_abs * Matrix<S>::Ones(DK, DV) + (q_abs * k_abs.transpose()).cwiseProduct(d) * Matrix<S>::Ones(n, DV) +
                             Matrix<S>::Ones(n, n) * vnew_hat.cwiseAbs();
     const Matrix<S> o_bound = scalar_times(un.out, Matrix<S>(o_ref.cwiseAbs())) +
-                              scalar_times((1 + un.out) * rho(DK + C + 2, 1, un.op, eps_d + u32), o_mag1) +
+                              scalar_times((1 + un.out) * (s_pair ? rho(DK + C + 2, 0, 0, u_pair + eps_d + u32)
+                                                                  : rho(DK + C + 2, 1, un.op, eps_d + u32)),
+                                           o_mag1) +
                               scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
                               scalar_times(2 * un.eta, o_eta) + Matrix<S>::Constant(n, DV, S(un.eta)) +
                               floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
@@ -310,11 +336,11 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   }
 }
 
-std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r, ScanArithmetic arithmetic) {
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r) {
   std::vector<Comparison> rep;
   for (Index b = 0; b < c.batch; ++b)
     for (Index h = 0; h < c.heads; ++h) {
-      check_head_stages<High>(c, in, r, b, h, arithmetic, rep);
+      check_head_stages<High>(c, in, r, b, h, rep);
     }
   return rep;
 }
@@ -374,14 +400,15 @@ DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::opt
   if (state) s0 = dt::upload(*state, DType::f32);
   DeviceTensor out = dt::allocate(c.dtype, c.batch, c.heads, c.length, c.value_dim);
   DeviceTensor fin = dt::allocate(DType::f32, c.batch, c.heads, c.value_dim, c.key_dim);
-  cuda::DeltaRuleDecodeParams p;
+  cuda::delta_rule::DecodeParams p;
   p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.tokens = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim);
   p.q = dev.q.device.data(), p.k = dev.k.device.data(), p.v = dev.v.device.data(), p.beta = dev.beta.device.data();
   p.log_gate = c.gated ? static_cast<const float*>(dev.log_gate.device.data()) : nullptr;
   p.initial_state = state ? static_cast<const float*>(s0.device.data()) : nullptr;
   p.output = out.data(), p.final_state = static_cast<float*>(fin.data());
-  cuda::delta_rule_decode(p);
+  cuda::delta_rule::set_contiguous_strides(p);
+  cuda::delta_rule::decode(p);
   return {dt::download(out), dt::download(fin)};
 }
 

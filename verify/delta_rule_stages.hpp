@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/delta_rule.h"
+#include "cuda/testing/delta_rule_stages.h"
 #include "reference/scalar.hpp"
 #include "verify/comparison.hpp"
 #include "verify/device_tensors.hpp"
@@ -66,9 +67,16 @@ struct DeviceInputs {
   Uploaded q, k, v, beta, log_gate, initial_state;
 };
 
+// How a forward result was computed: the fallback scan (S rounded once to the dtype as an operand), the
+// register scan (S as a hi + lo pair), or the tensor-core backward's state pass (W, U stored as pairs and fed
+// as pairs with S and the update's V̄; no output, and the final state only when asked: rows the result lacks
+// are left out). The exact oracle's intermediates pass every one of these bounds.
+enum class ScanArithmetic { fallback_scan, register_scan, state_pass };
+
 // What the forward writes, read back exactly.
 struct ForwardResult {
   Tensor4<Exact> output, final_state, w, u, v_new, a, t, boundary;  // a, t [B, H, N·C, C]; boundary [B, H, N·DV, DK]
+  ScanArithmetic arithmetic = ScanArithmetic::fallback_scan;
 };
 
 struct ForwardBuffers {
@@ -102,7 +110,8 @@ HostInputs design_inputs(const DeltaCase& c);
 
 DeviceInputs upload_inputs(const DeltaCase& c, const HostInputs& in);
 ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates);
-cuda::DeltaRuleForwardParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f);
+// Every intermediate that `f` holds is given (the workspace holds none); strides packed.
+cuda::delta_rule::ForwardStageParams forward_params(const DeltaCase& c, const DeviceInputs& d, ForwardBuffers& f);
 ForwardResult read_back(const ForwardBuffers& f, bool intermediates);
 ForwardResult run_forward(const DeltaCase& c, const HostInputs& in, bool intermediates = true);
 
@@ -110,12 +119,8 @@ Units units_of(DType d);
 // Every stage of every head and chunk against the oracle within its bound: one row per
 // (stage, batch, head, chunk), the stage name in `tensor` ("A", "T", "T16.0", "W", "U", "Vbar",
 // "S_0", "S_next", "final_state", "O"); the worst entry's (row, column) within the chunk's block.
-// `arithmetic`: the forward's register (or fallback) scan, or the state pass of the tensor-core backward,
-// which stores W and U as hi + lo pairs and feeds W, U, S and the update's V̄ as pairs (no output, and the
-// final state only when asked: rows the result lacks are left out).
-enum class ScanArithmetic { register_scan, state_pass };
-std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r,
-                                     ScanArithmetic arithmetic = ScanArithmetic::register_scan);
+// The bounds follow the arithmetic the result came from (ForwardResult::arithmetic).
+std::vector<Comparison> check_stages(const DeltaCase& c, const HostInputs& in, const ForwardResult& r);
 // The exact (ℚ; 100-digit for gated) oracle's intermediates laid out as the kernel writes them.
 ForwardResult oracle_as_kernel(const DeltaCase& c, const HostInputs& in);
 

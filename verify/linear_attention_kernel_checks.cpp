@@ -224,14 +224,18 @@ std::vector<Comparison> check_decode(const CudaCase& c, const Kernels& kernels) 
   DeviceTensor state = allocate(state_dtype(s), s.batch, s.heads, s.value_dim, s.key_dim);
   const auto out = run_decode(s.dtype, in.q.device, in.k.device, in.v.device,
                               in.initial_state ? in.initial_state->device.data() : nullptr, state, kernels);
-  const auto final_state = download(state);
+  return judge_decode(s, in.exact, out, download(state));
+}
+
+std::vector<Comparison> judge_decode(const CudaShape& s, const la::BatchInputs<Exact>& exact_inputs, const Tensor4<Exact>& output,
+                                     const Tensor4<Exact>& final_state) {
   const KernelPrecision out_p = precision_of(s, false, s.length, 1), state_p = precision_of(s, true, s.length, 1);
   std::vector<Comparison> rows;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
-    const auto head = in.exact.head(b, h);
+    const auto head = exact_inputs.head(b, h);
     const auto exact = la::token_recurrence(head);
     const auto mag = la::forward_magnitude(head);
-    rows.push_back(row("decode output", b, h, out.head(b, h), exact.output, bound_of(mag.output, exact.output, out_p)));
+    rows.push_back(row("decode output", b, h, output.head(b, h), exact.output, bound_of(mag.output, exact.output, out_p)));
     rows.push_back(row("decode final state", b, h, final_state.head(b, h), exact.final_state,
                        bound_of(mag.final_state, exact.final_state, state_p)));
   });

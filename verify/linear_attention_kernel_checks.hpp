@@ -102,6 +102,10 @@ std::vector<Comparison> check_backward(const CudaCase& c, const Kernels& kernels
 std::vector<Comparison> check_chunk_sizes_agree(const CudaCase& c);
 // Decode of all L tokens from S_0 (or zero) vs the token recurrence: "decode output", "decode final state".
 std::vector<Comparison> check_decode(const CudaCase& c, const Kernels& kernels = {});
+// check_decode's verdict on results already in hand (the CPU emulation's): the decode of all L tokens
+// of `exact_inputs` (the exact values of the rounded inputs, S_0 among them when given).
+std::vector<Comparison> judge_decode(const CudaShape& s, const ref::linear_attention::BatchInputs<Exact>& exact_inputs,
+                                     const Tensor4<Exact>& output, const Tensor4<Exact>& final_state);
 // Chunkwise prefill of the first `prefill` tokens, then decode of the rest in place on its state,
 // against one chunkwise pass over all L tokens, within twice the bound (the decode's chains continue
 // the prefill's and stay within depth m(L, C)).

@@ -9,6 +9,7 @@
 // touched) and 2 for a CUDA error; deltaproof_kernels_last_error() then says which argument, or
 // which kernel failed. Layouts and dtypes are those of cuda/linear_attention.h and
 // cuda/delta_rule.h: tensors [B, H, L, D] contiguous, states [B, H, DV, DK] fp32.
+#include <cstddef>
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
 
@@ -22,6 +23,7 @@ namespace {
 
 namespace kc = deltaproof::cuda;
 namespace kla = deltaproof::cuda::linear_attention;
+namespace kdr = deltaproof::cuda::delta_rule;
 
 thread_local std::string last_error;
 
@@ -51,6 +53,15 @@ int guarded(Body&& body) {
 }
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+kdr::ForwardParams delta_rule_forward_shape(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
+                                            int chunk_size) {
+  kdr::ForwardParams p;
+  p.dtype = parse_dtype(dtype), p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim;
+  p.value_dim = value_dim, p.chunk_size = chunk_size;
+  kdr::set_contiguous_strides(p);
+  return p;
+}
 
 }  // namespace
 
@@ -105,34 +116,38 @@ int deltaproof_linear_attention_decode(const char* dtype, int batch, int heads, 
   });
 }
 
-// DeltaNet (log_gate null) or Gated DeltaNet chunkwise forward (cuda/delta_rule.h,
-// delta_rule_forward, default scan version); w and u are the caller's workspace, [B, H, L, DK]
-// and [B, H, L, DV] in dtype.
+// Bytes of the workspace deltaproof_delta_rule_forward needs for these sizes (into *bytes).
+int deltaproof_delta_rule_forward_workspace_bytes(const char* dtype, int batch, int heads, int length, int key_dim,
+                                                  int value_dim, int chunk_size, std::size_t* bytes) {
+  return guarded([&] { *bytes = kdr::workspace_bytes(delta_rule_forward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size)); });
+}
+
+// DeltaNet (log_gate null) or Gated DeltaNet chunkwise forward (cuda/delta_rule.h, delta_rule::forward);
+// workspace: the bytes deltaproof_delta_rule_forward_workspace_bytes gives, 256-byte aligned.
 int deltaproof_delta_rule_forward(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
                                   int chunk_size, const void* q, const void* k, const void* v, const void* beta,
                                   const float* log_gate, const float* initial_state, void* output, float* final_state,
-                                  void* w, void* u, void* stream) {
+                                  void* workspace, void* stream) {
   return guarded([&] {
-    kc::DeltaRuleForwardParams p;
-    p.dtype = parse_dtype(dtype), p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim;
-    p.value_dim = value_dim, p.chunk_size = chunk_size, p.q = q, p.k = k, p.v = v, p.beta = beta;
-    p.log_gate = log_gate, p.initial_state = initial_state, p.output = output, p.final_state = final_state;
-    p.w = w, p.u = u, p.stream = as_stream(stream);
-    kc::delta_rule_forward(p);
+    kdr::ForwardParams p = delta_rule_forward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size);
+    p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate, p.initial_state = initial_state;
+    p.output = output, p.final_state = final_state, p.workspace = workspace;
+    kdr::forward(p, as_stream(stream));
   });
 }
 
-// DeltaNet or Gated DeltaNet decode (cuda/delta_rule.h, delta_rule_decode); initial_state may
+// DeltaNet or Gated DeltaNet decode (cuda/delta_rule.h, delta_rule::decode); initial_state may
 // equal final_state (in place).
 int deltaproof_delta_rule_decode(const char* dtype, int batch, int heads, int tokens, int key_dim, int value_dim,
                                  const void* q, const void* k, const void* v, const void* beta, const float* log_gate,
                                  const float* initial_state, void* output, float* final_state, void* stream) {
   return guarded([&] {
-    kc::DeltaRuleDecodeParams p;
+    kdr::DecodeParams p;
     p.dtype = parse_dtype(dtype), p.batch = batch, p.heads = heads, p.tokens = tokens, p.key_dim = key_dim;
     p.value_dim = value_dim, p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate;
-    p.initial_state = initial_state, p.output = output, p.final_state = final_state, p.stream = as_stream(stream);
-    kc::delta_rule_decode(p);
+    p.initial_state = initial_state, p.output = output, p.final_state = final_state;
+    kdr::set_contiguous_strides(p);
+    kdr::decode(p, as_stream(stream));
   });
 }
 

@@ -204,7 +204,7 @@ class Kernels:
     run's probe checks that order against the library's own validator). A non-zero return raises
     with the library's message."""
     # Argument names in the order of the C functions (kernels_c_api.cpp), the required pointers, and
-    # whether the validator checks every required pointer for null before any device check (linear).
+    # whether the validator checks every required pointer for null before any device check.
     LAYOUTS = {
         "deltaproof_linear_attention_forward": (
             ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
@@ -218,12 +218,12 @@ class Kernels:
             ("q", "k", "v", "output", "initial_state", "final_state", "stream"), {"q", "k", "v", "output", "final_state"}, True),
         "deltaproof_delta_rule_forward": (
             ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
-            ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "w", "u", "stream"),
-            {"q", "k", "v", "beta", "output", "final_state", "w", "u"}, False),
+            ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "workspace", "stream"),
+            {"q", "k", "v", "beta", "output", "final_state", "workspace"}, True),
         "deltaproof_delta_rule_decode": (
             ("batch", "heads", "tokens", "key_dim", "value_dim"),
             ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "stream"),
-            {"q", "k", "v", "beta", "output", "final_state"}, False),
+            {"q", "k", "v", "beta", "output", "final_state"}, True),
     }
 
     def __init__(self, path):
@@ -233,6 +233,17 @@ class Kernels:
             function = getattr(self.lib, name)
             function.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * len(int_names) + [ctypes.c_void_p] * len(pointer_names)
             function.restype = ctypes.c_int
+        self.lib.deltaproof_delta_rule_forward_workspace_bytes.argtypes = (
+            [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)])
+        self.lib.deltaproof_delta_rule_forward_workspace_bytes.restype = ctypes.c_int
+
+    def delta_rule_forward_workspace_bytes(self, dtype, batch, heads, length, key_dim, value_dim, chunk_size):
+        size = ctypes.c_size_t()
+        code = self.lib.deltaproof_delta_rule_forward_workspace_bytes(dtype, batch, heads, length, key_dim, value_dim,
+                                                                       chunk_size, ctypes.byref(size))
+        if code != 0:
+            raise RuntimeError(f"workspace bytes: {self.lib.deltaproof_kernels_last_error().decode()} (code {code})")
+        return size.value
 
     def __call__(self, name, dtype, **arguments):
         int_names, pointer_names, _, _ = self.LAYOUTS[name]
@@ -246,10 +257,11 @@ class Kernels:
 
     def probe(self):
         """The dry run's check of the ctypes signatures without a GPU: the library's validator names the
-        argument it rejects, so each integer made invalid in turn, a bad dtype and (linear kernels) each
-        required pointer made null in turn must be rejected under that argument's name, and valid
-        sizes with host pointers must stop at the first device-pointer check (q)."""
-        host = np.zeros(64, np.float32)
+        argument it rejects, so each integer made invalid in turn, a bad dtype and each required pointer
+        made null in turn must be rejected under that argument's name, and valid sizes with host
+        pointers (apart: an output may overlap nothing) must stop at the first device-pointer check (q)."""
+        spacing = 4096  # bytes per pointer, past every extent of the valid sizes below
+        host = np.zeros(spacing * 16 // 4, np.float32)
         valid = dict(batch=1, heads=1, length=8, tokens=1, key_dim=4, value_dim=4, chunk_size=16)
         invalid = dict(batch=0, heads=0, length=0, tokens=0, key_dim=0, value_dim=0, chunk_size=48)
         failures, calls = [], 0
@@ -268,7 +280,8 @@ class Kernels:
 
         for name, (int_names, pointer_names, required, nulls_first) in self.LAYOUTS.items():
             ints = [valid[n] for n in int_names]
-            pointers = [ctypes.c_void_p(host.ctypes.data) if n in required else None for n in pointer_names]
+            pointers = [ctypes.c_void_p(host.ctypes.data + spacing * i) if n in required else None
+                        for i, n in enumerate(pointer_names)]
             expect(name, b"bf8", ints, pointers, "dtype:")
             for i, n in enumerate(int_names):
                 expect(name, b"bf16", ints[:i] + [invalid[n]] + ints[i + 1:], pointers, f"{n}:")
@@ -330,12 +343,13 @@ def deltaproof_builder(op, pass_, kernels):
                     out.update(dq=grads[0], dk=grads[1], dv=grads[2])
                 return out
             return run
-        w, u = torch.empty_like(x["k"]), torch.empty_like(x["v"])
+        workspace = torch.empty(kernels.delta_rule_forward_workspace_bytes(b"bf16", **sizes, chunk_size=C),
+                                dtype=torch.uint8, device=x["q"].device)  # W and U; torch's allocator aligns to 512
 
         def run():
             kernels("deltaproof_delta_rule_forward", b"bf16", **sizes, chunk_size=C, q=ptr(x["q"]), k=ptr(x["k"]),
                     v=ptr(x["v"]), beta=ptr(x["beta"]), log_gate=ptr(x.get("g")), output=ptr(o), final_state=ptr(ht),
-                    w=ptr(w), u=ptr(u), stream=stream)
+                    workspace=ptr(workspace), stream=stream)
             return dict(o=o, ht=ht)
         return run
     return build

@@ -140,6 +140,7 @@ class HostArray(np.ndarray):
 class HostTorch:
     """Enough of torch for deltaproof_builder to build and call on host memory."""
     float32 = np.float32
+    uint8 = np.uint8  # the DeltaNet forward's workspace
 
     class cuda:
         @staticmethod

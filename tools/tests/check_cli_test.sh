@@ -3,7 +3,8 @@
 # outputs (rounded to the kernel dtype) in .npz and hand-built .safetensors files, fixed-length bhld and
 # varlen blhd (an empty and a one-token sequence), forward and backward; deltaproof agrees (exit 0).
 # One output entry moved well past rounding: exit 1 and that entry is the worst index printed.
-# Bad files: exit 2, one line on stderr naming the file and the tensor, nothing on stdout.
+# Bad files: exit 2, one line on stderr naming the file and the tensor, nothing on stdout; NaN and
+# ±Inf in any tensor, input or output, are bad files (named to the entry), never judged.
 source "$(dirname "$0")/cli_expect.sh"
 python=/usr/bin/python3
 
@@ -133,6 +134,12 @@ for h in range(H):
     o[0, :, h], _ = recurrence(x[0], x[1], x[2], np.zeros((DV, DK)), 1.0, beta=x[3], g=x[4])
 np.savez(f"{d}/gated_in.npz", q=q, k=k, v=v, beta=beta, g=g)
 np.savez(f"{d}/gated_out.npz", o=o.astype(np.float32))
+# Non-finite inputs: refused, the tensor and the entry named (the judge has no bound for them).
+q_nan, beta_inf, g_minus_inf = q.copy(), beta.copy(), g.copy()
+q_nan[0, 3, 1, 2], beta_inf[0, 5, 0], g_minus_inf[0, 2, 1] = np.nan, np.inf, -np.inf
+np.savez(f"{d}/gated_in_q_nan.npz", q=q_nan, k=k, v=v, beta=beta, g=g)
+np.savez(f"{d}/gated_in_beta_inf.npz", q=q, k=k, v=v, beta=beta_inf, g=g)
+np.savez(f"{d}/gated_in_g_minus_inf.npz", q=q, k=k, v=v, beta=beta, g=g_minus_inf)
 EOF
 
 # The row of one tensor in the table names this worst index and verdict.
@@ -185,6 +192,11 @@ expect_bad_input "in_k_shape.npz: k: shape [2, 2, 9, 4], expected [2, 2, 9, 5]" 
 expect_bad_input "in_q_int16.npz: q: unsupported dtype '<i2'" check --op linear --inputs "$dir/in_q_int16.npz" --outputs "$dir/out.npz"
 expect_bad_input "in_fortran.npz: q: fortran_order True" check --op linear --inputs "$dir/in_fortran.npz" --outputs "$dir/out.npz"
 expect_bad_input "out_nan.npz: o: entry (0, 1, 4, 0) is NaN" check --op linear --inputs "$dir/in.npz" --outputs "$dir/out_nan.npz"
+# NaN and ±Inf in any input (q, β, g = −∞ too, which would be α = 0): refused, exit 2, naming the entry.
+for bad in "q_nan.npz: q: entry (0, 3, 1, 2) is NaN" "beta_inf.npz: beta: entry (0, 5, 0) is Inf" \
+           "g_minus_inf.npz: g: entry (0, 2, 1) is Inf"; do
+  expect_bad_input "gated_in_$bad" check --op gated-delta --layout blhd --inputs "$dir/gated_in_${bad%%:*}" --outputs "$dir/gated_out.npz"
+done
 expect_bad_input "out.npz: o: shape [2, 2, 9, 3], expected [1, 8, 3, 6]" \
   check --op linear --layout blhd --cu-seqlens --inputs "$dir/varlen_in.npz" --outputs "$dir/out.npz"
 expect_bad_input "varlen_in_decreasing.safetensors: cu_seqlens: not non-decreasing" \
