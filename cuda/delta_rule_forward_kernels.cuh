@@ -1,16 +1,18 @@
-// The DeltaNet / Gated DeltaNet forward and decode kernels (delta_rule.cu launches them; its header
+// The DeltaNet / Gated DeltaNet forward kernels (delta_rule.cu launches them; its header
 // comment gives the precision plan). In a header so that the same source also runs on the CPU under the
 // emulation of threads, barriers, warp shuffles and tensor-core instructions
 // (property_tests/support/cuda_emulation.hpp): nothing here may depend on more than that.
 //
 // Three kernels for the chunkwise forward, named by what they do:
-//   wy_prepare_kernel           stage 1, one block per (chunk, head): A, T = A⁻¹, W, U.
+//   wy_prepare_async_kernel     stage 1, one block per (chunk, head): A, T = A⁻¹, W, U (delta_rule_prepare_kernels.cuh).
 //   chunk_scan_registers_kernel stage 2, the fast path (16-bit inputs, DK ≤ 128, DK and DV multiples of 8):
 //                               raw mma.sync, the fp32 state slice in registers (NOTES_delta.md, v7/v9).
 //   chunk_scan_shared_kernel    stage 2, the one fallback for every other input (fp32, DK > 128, head dims
 //                               not multiples of 8): the state in shared memory, WMMA or plain FMA products.
 // Superseded scan versions (v2: register prefetch; v3: a separate parallel output kernel) were measured
 // slower and removed; their code is at commit 0f86adb (cuda/delta_rule.cu), their figures in NOTES_delta.md.
+// So were prepare v9 (wy_prepare_kernel) and decode v1 (one warp per state row): at commit c5339b7, this file.
+// Decode is cuda/decode_kernels.cuh.
 #pragma once
 
 #include "cuda/delta_rule_launch.h"
@@ -32,15 +34,11 @@
 namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS {
 
 using namespace nvcuda;
-using delta_rule::DecodeParams;
 using delta_rule::ForwardStageParams;
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kPrepareThreads = 256;
 constexpr int kScanThreads = 256;
-constexpr int kDecodeThreads = 256;
 constexpr int kDefaultValueSlice = 64;  // value rows of S per fallback-scan block, halved while shared memory does not fit
-constexpr int kPanel = 64;  // column panel of the W and U products (bounds the fp32 staging buffer)
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -201,249 +199,6 @@ __device__ inline void load_cumulative_gates(float* cumulative, const float* log
 
 // Raw tensor-core helpers (ldmatrix, mma.sync, 16-bit pairs, cp.async): cuda/tensor_core.cuh.
 using namespace tensor_core;
-
-// ---------------------------------------------------------------------------------------
-// Stage 1: WY preparation, one block per (chunk, head).
-
-struct PrepareLayout {
-  std::size_t keys, system, inverse, w_hi, w_lo, u_hi, u_lo, staging, beta, gates, bytes;
-};
-
-__host__ __device__ inline PrepareLayout prepare_layout(int element_size, int chunk, int key_dim, int value_dim) {
-  const int dp = round_up(key_dim > value_dim ? key_dim : value_dim, 16);
-  const bool split = element_size != 4;  // hi/lo parts only when the operands are 16-bit
-  PrepareLayout l{};
-  Carver c;
-  l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(dp) * element_size);  // K, later V
-  // A is dead once T is built, so its space takes what comes after. At C = 64 (16-bit inputs):
-  // the factors' hi and lo parts, 53 KB at DK = 128, four blocks per SM (NOTES_delta.md v8). At
-  // C ≤ 32, where registers, not shared memory, bound the blocks per SM: V, copied in early
-  // (see the kernel), the factors in their own space. fp32 inputs: the fp32 staging of
-  // the products. U's factors reuse W's once W is written.
-  const bool factors_in_system = split && chunk >= 64;
-  const int system_pitch = float_pitch(chunk > kPanel ? chunk : kPanel);
-  const std::size_t system = static_cast<std::size_t>(chunk) * system_pitch * 4;
-  const std::size_t factor = static_cast<std::size_t>(chunk) * operand_pitch(chunk) * element_size;
-  l.system = c.take(factors_in_system && 2 * factor > system ? 2 * factor : system);
-  l.inverse = c.take(static_cast<std::size_t>(chunk) * float_pitch(chunk) * 4);
-  l.w_hi = factors_in_system ? l.system : c.take(factor);
-  l.w_lo = factors_in_system ? l.system + factor : split ? c.take(factor) : l.w_hi;
-  l.u_hi = l.w_hi;
-  l.u_lo = l.w_lo;
-  l.staging = l.system;
-  l.beta = c.take(chunk * 4);
-  l.gates = c.take(chunk * 4);
-  l.bytes = c.offset;
-  return l;
-}
-
-// out (rows × cols of a [.., L, ld] head) ← factor · operand, in column panels of kPanel.
-template <class T, int C>
-__device__ void wy_product(const T* hi, const T* lo, const T* operand, int op_pitch, float* staging, T* out, int ld,
-                           int size, int cols) {
-  const int cols_pad = round_up(cols, 16);
-  for (int p0 = 0; p0 < cols_pad; p0 += kPanel) {
-    const int width = min(kPanel, cols_pad - p0);
-    block_gemm<T, Layout::row, Layout::row>(hi, kTensorCore<T> ? lo : nullptr, operand_pitch(C), operand + p0, op_pitch,
-                                            staging, float_pitch(kPanel), C, width, C, false, false, true);
-    __syncthreads();
-    for_each_2d(size, min(width, cols - p0), [&](int i, int j) {
-      out[static_cast<std::size_t>(i) * ld + p0 + j] = from_float<T>(staging[i * float_pitch(kPanel) + j]);
-    });
-    __syncthreads();
-  }
-}
-
-// The same product on tensor cores (16-bit inputs): mma.sync with the factor's hi and lo parts as
-// A operands (ldmatrix) and the operand rows as B (transposed ldmatrix); each warp owns one 16-row
-// block and every (kGroups)th 16-column block, and stores its accumulators rounded to T straight
-// from registers (no fp32 staging, no barriers). The factor is lower triangular: the k loop
-// stops at the diagonal block.
-template <class T, int C>
-__device__ void wy_product_tc(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, T* out_lo, int ld, int size,
-                              int cols) {
-  constexpr int kRowBlocks = C / 16, kGroups = kPrepareThreads / 32 / kRowBlocks, pf = operand_pitch(C);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int row_block = warp % kRowBlocks, i0 = 16 * row_block;
-  const bool pairs = cols % 2 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 3) == 0;  // 4-byte stores
-  for (int cb = warp / kRowBlocks; cb < (cols + 15) / 16; cb += kGroups) {
-    float acc[2][4] = {};
-    for (int kk = 0; kk <= row_block; ++kk) {
-      unsigned ah[4], al[4], b[4];
-      ldmatrix_x4(ah, hi + (i0 + lane % 16) * pf + kk * 16 + (lane / 16) * 8);
-      ldmatrix_x4(al, lo + (i0 + lane % 16) * pf + kk * 16 + (lane / 16) * 8);
-      // operand stored [token][column]: transposed ldmatrix gives the col-major B
-      ldmatrix_x4_trans(b, operand + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * op_pitch + cb * 16 + (lane >> 4) * 8);
-      mma_16816<T>(acc[0], ah, b[0], b[1]);
-      mma_16816<T>(acc[1], ah, b[2], b[3]);
-      mma_16816<T>(acc[0], al, b[0], b[1]);
-      mma_16816<T>(acc[1], al, b[2], b[3]);
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = i0 + g + 8 * half, c = cb * 16 + 8 * n + 2 * t;
-        if (i >= size || c >= cols) continue;
-        const std::size_t at = static_cast<std::size_t>(i) * ld + c;  // W and U are stored in T: scan operands
-        unsigned rounded, residual;  // and, when out_lo is given, what the rounding left: x = hi + lo to ≈ 2u²
-        split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
-        if (pairs) {
-          *reinterpret_cast<unsigned*>(out + at) = rounded;
-          if (out_lo != nullptr) *reinterpret_cast<unsigned*>(out_lo + at) = residual;
-        } else {
-          out[at] = reinterpret_cast<const T*>(&rounded)[0];
-          if (out_lo != nullptr) out_lo[at] = reinterpret_cast<const T*>(&residual)[0];
-          if (c + 1 < cols) {
-            out[at + 1] = reinterpret_cast<const T*>(&rounded)[1];
-            if (out_lo != nullptr) out_lo[at + 1] = reinterpret_cast<const T*>(&residual)[1];
-          }
-        }
-      }
-  }
-}
-
-template <class T, int C>
-__global__ void __launch_bounds__(kPrepareThreads) wy_prepare_kernel(ForwardStageParams p) {
-  const int chunk = blockIdx.x, head = blockIdx.y, b = head / p.heads, h = head % p.heads;
-  const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = gridDim.x;
-  const int begin = chunk * C, size = min(C, L - begin);
-  const int dkp = round_up(DK, 16), dvp = round_up(DV, 16);
-  const std::size_t token0 = static_cast<std::size_t>(head) * L + begin;  // packed intermediates (W, U)
-  // The chunk's first row of each strided input.
-  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(b, h) + begin * p.k_strides.row;
-  const T* v = static_cast<const T*>(p.v) + p.v_strides.head_offset(b, h) + begin * p.v_strides.row;
-  const T* beta_in = static_cast<const T*>(p.beta) + p.beta_strides.head_offset(b, h) + begin * p.beta_strides.row;
-  const float* log_gate = p.log_gate ? p.log_gate + p.log_gate_strides.head_offset(b, h) + begin * p.log_gate_strides.row : nullptr;
-
-  extern __shared__ __align__(128) unsigned char smem[];
-  const PrepareLayout lay = prepare_layout(sizeof(T), C, DK, DV);
-  T* rows = reinterpret_cast<T*>(smem + lay.keys);  // K (C, DK), later V (C, DV)
-  float* a = reinterpret_cast<float*>(smem + lay.system);   // (C, C) strictly lower part of A
-  float* t = reinterpret_cast<float*>(smem + lay.inverse);  // (C, C) T = A⁻¹
-  T* w_hi = reinterpret_cast<T*>(smem + lay.w_hi);
-  T* w_lo = reinterpret_cast<T*>(smem + lay.w_lo);
-  T* u_hi = reinterpret_cast<T*>(smem + lay.u_hi);
-  T* u_lo = reinterpret_cast<T*>(smem + lay.u_lo);
-  float* staging = reinterpret_cast<float*>(smem + lay.staging);
-  float* beta = reinterpret_cast<float*>(smem + lay.beta);
-  float* gates = reinterpret_cast<float*>(smem + lay.gates);
-  const int pa = float_pitch(C), pk = operand_pitch(round_up(DK > DV ? DK : DV, 16)), pf = operand_pitch(C);
-  const bool gated = p.log_gate != nullptr;
-
-  load_operand(rows, pk, k, p.k_strides.row, size, DK, C, dkp, false);
-  for (int i = threadIdx.x; i < C; i += blockDim.x) beta[i] = i < size ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
-  load_cumulative_gates(gates, log_gate, p.log_gate_strides.row, size, C);
-  __syncthreads();
-
-  // Gram matrix K Kᵀ (only tiles on or below the diagonal are needed).
-  block_gemm<T, Layout::row, Layout::col>(rows, nullptr, pk, rows, pk, a, pa, C, C, dkp, false, true);
-  __syncthreads();
-
-  // A_ij = β_i exp(G_i − G_j) k_i·k_j for j < i (fp32); exp of a non-positive number only.
-  const std::size_t block_cc = (static_cast<std::size_t>(head) * N + chunk) * C * C;
-  for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
-    const int i = idx / C, j = idx % C;
-    // Without gates the decay is exactly 1 (= expf(0)), so skipping expf changes no bit.
-    const float value = j < i ? (gated ? beta[i] * a[i * pa + j] * expf(gates[i] - gates[j]) : beta[i] * a[i * pa + j]) : 0.0f;
-    a[i * pa + j] = value;
-    t[i * pa + j] = 0.0f;
-    if (p.wy_system) p.wy_system[block_cc + idx] = i == j ? 1.0f : value;
-  }
-  __syncthreads();
-
-  // 16×16 diagonal blocks of T by forward substitution; one half-warp per block, lane j owns
-  // column j (X = L⁻¹: x_jj = 1, x_ij = −Σ_{j≤m<i} a_im x_mj).
-  {
-    const int block = threadIdx.x / 16, j = threadIdx.x % 16;
-    if (block < C / 16) {
-      const int r0 = block * 16;
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int m = 0; m < i; ++m)
-          if (m >= j) sum = fmaf(a[(r0 + i) * pa + r0 + m], x[m], sum);
-        x[i] = i < j ? 0.0f : (i == j ? 1.0f : -sum);
-        t[(r0 + i) * pa + r0 + j] = x[i];
-      }
-    }
-  }
-  __syncthreads();
-
-  // Merges 16→32→64: T21 = −T22 A21 T11. X = A21 T11 is parked in the (unused) upper block.
-  for (int s = 16, log_s = 4; s < C; s *= 2, ++log_s) {
-    const int pairs = C / (2 * s);
-    for (int idx = threadIdx.x; idx < pairs * s * s; idx += blockDim.x) {
-      const int r0 = (idx >> (2 * log_s)) * 2 * s, i = (idx >> log_s) & (s - 1), j = idx & (s - 1);
-      float sum = 0.0f;
-      for (int m = j; m < s; ++m) sum = fmaf(a[(r0 + s + i) * pa + r0 + m], t[(r0 + m) * pa + r0 + j], sum);
-      t[(r0 + i) * pa + r0 + s + j] = sum;  // X_ij
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < pairs * s * s; idx += blockDim.x) {
-      const int r0 = (idx >> (2 * log_s)) * 2 * s, i = (idx >> log_s) & (s - 1), j = idx & (s - 1);
-      float sum = 0.0f;
-      for (int m = 0; m <= i; ++m) sum = fmaf(t[(r0 + s + i) * pa + r0 + s + m], t[(r0 + m) * pa + r0 + s + j], sum);
-      t[(r0 + s + i) * pa + r0 + j] = -sum;
-    }
-    __syncthreads();
-  }
-
-  // T diag(βγ) (for W), then T diag(β) (for U), in fp32, split into operand-precision hi + lo.
-  for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
-    const int i = idx / C, j = idx % C;
-    const float tij = j <= i ? t[i * pa + j] : 0.0f;
-    if (p.wy_inverse) p.wy_inverse[block_cc + idx] = tij;
-    const float wf = tij * (gated ? beta[j] * expf(gates[j]) : beta[j]);
-    const T wh = from_float<T>(wf);
-    w_hi[i * pf + j] = wh;
-    if constexpr (kTensorCore<T>) w_lo[i * pf + j] = from_float<T>(wf - to_float(wh));
-  }
-  __syncthreads();
-
-  // U's factor T diag(β) replaces W's once W is written (without gates it is the same numbers: kept).
-  auto build_u_factors = [&] {
-    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
-      const int i = idx / C, j = idx % C;
-      const float uf = (j <= i ? t[i * pa + j] : 0.0f) * beta[j];
-      const T uh = from_float<T>(uf);
-      u_hi[i * pf + j] = uh;
-      if constexpr (kTensorCore<T>) u_lo[i * pf + j] = from_float<T>(uf - to_float(uh));
-    }
-  };
-  if constexpr (kTensorCore<T>) {
-    // C ≤ 32: V comes in (cp.async) while W is computed, into A's dead space when it fits (DV ≤ 128,
-    // 16-byte rows); otherwise (and at C = 64, whose factors live there) into the key rows once W is done.
-    const bool early_v = C < 64 && dvp <= 128 && DV % 8 == 0 && (reinterpret_cast<std::uintptr_t>(v) & 15) == 0 &&
-                         (size == 1 || p.v_strides.row % 8 == 0);
-    T* v_rows = early_v ? reinterpret_cast<T*>(a) : rows;
-    const int pv = operand_pitch(dvp);
-    if (early_v) {
-      for_each_2d(C, dvp / 8, [&](int r, int vec) {
-        const int c = vec * 8;
-        const bool valid = r < size && c < DV;
-        copy_async_16(v_rows + r * pv + c, valid ? v + r * p.v_strides.row + c : v, valid);
-      });
-    }
-    wy_product_tc<T, C>(w_hi, w_lo, rows, pk, static_cast<T*>(p.w) + token0 * DK,
-                        p.w_lo ? static_cast<T*>(p.w_lo) + token0 * DK : nullptr, DK, size, DK);
-    __syncthreads();  // W's factors and the key rows are consumed: V and (gated) U's factors take their place
-    if (!early_v) load_operand(rows, pv, v, p.v_strides.row, size, DV, C, dvp, false);
-    if (gated) build_u_factors();
-    copy_async_wait_all();
-    __syncthreads();
-    wy_product_tc<T, C>(u_hi, u_lo, v_rows, pv, static_cast<T*>(p.u) + token0 * DV,
-                        p.u_lo ? static_cast<T*>(p.u_lo) + token0 * DV : nullptr, DV, size, DV);
-  } else {
-    wy_product<T, C>(w_hi, w_lo, rows, pk, staging, static_cast<T*>(p.w) + token0 * DK, DK, size, DK);
-    load_operand(rows, pk, v, p.v_strides.row, size, DV, C, dvp, false);
-    build_u_factors();
-    __syncthreads();
-    wy_product<T, C>(u_hi, u_lo, rows, pk, staging, static_cast<T*>(p.u) + token0 * DV, DV, size, DV);
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // Stage 2, the fallback scan: state scan and chunk output, one block per (value slice, head), chunks in order.
@@ -983,71 +738,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Decode: one warp per state row v (a row depends only on v_t[v]); the row lives in registers
-// across tokens, lane l holding entries l, l + 32, ...
-
-__device__ __forceinline__ float warp_sum(float x) {
-  // Butterfly: every lane ends with the same bits (a + b == b + a), independent of scheduling.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-template <class T, int PerLane>
-__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(DecodeParams p) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, head = blockIdx.y;
-  const int DK = p.key_dim, DV = p.value_dim, steps = p.tokens, bi = head / p.heads, h = head % p.heads;
-  if (row >= DV) return;  // no block-level barrier below
-  // This head's tensors (row 0) and this warp's state row; in place, initial and final rows coincide.
-  const float* initial = p.initial_state ? p.initial_state + p.initial_state_strides.head_offset(bi, h) + row * p.initial_state_strides.row : nullptr;
-  float* final_row = p.final_state + p.final_state_strides.head_offset(bi, h) + row * p.final_state_strides.row;
-  float s[PerLane];
-#pragma unroll
-  for (int e = 0; e < PerLane; ++e) {
-    const int col = lane + 32 * e;
-    s[e] = (initial && col < DK) ? initial[col] : 0.0f;
-  }
-  const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(bi, h);
-  const T* k = static_cast<const T*>(p.k) + p.k_strides.head_offset(bi, h);
-  const T* v = static_cast<const T*>(p.v) + p.v_strides.head_offset(bi, h);
-  const T* beta = static_cast<const T*>(p.beta) + p.beta_strides.head_offset(bi, h);
-  const float* log_gate = p.log_gate ? p.log_gate + p.log_gate_strides.head_offset(bi, h) : nullptr;
-  T* out = static_cast<T*>(p.output) + p.output_strides.head_offset(bi, h);
-  for (int t = 0; t < steps; ++t) {
-    float kr[PerLane], qr[PerLane];
-#pragma unroll
-    for (int e = 0; e < PerLane; ++e) {
-      const int col = lane + 32 * e;
-      kr[e] = col < DK ? to_float(k[t * p.k_strides.row + col]) : 0.0f;
-      qr[e] = col < DK ? to_float(q[t * p.q_strides.row + col]) : 0.0f;
-    }
-    const float alpha = log_gate ? expf(log_gate[t * p.log_gate_strides.row]) : 1.0f;
-    const float b = to_float(beta[t * p.beta_strides.row]), value = to_float(v[t * p.v_strides.row + row]);
-    float sk = 0.0f;
-#pragma unroll
-    for (int e = 0; e < PerLane; ++e) sk = fmaf(s[e], kr[e], sk);
-    sk = warp_sum(sk);
-    // S_t = α S + β (v − α S k) kᵀ  (= α S (I − β k kᵀ) + β v kᵀ)
-    const float delta = b * (value - alpha * sk);
-    float o = 0.0f;
-#pragma unroll
-    for (int e = 0; e < PerLane; ++e) {
-      s[e] = fmaf(delta, kr[e], alpha * s[e]);
-      o = fmaf(s[e], qr[e], o);
-    }
-    o = warp_sum(o);
-    if (lane == 0) out[t * p.output_strides.row + row] = from_float<T>(o);
-  }
-#pragma unroll
-  for (int e = 0; e < PerLane; ++e) {
-    const int col = lane + 32 * e;
-    if (col < DK) final_row[col] = s[e];
-  }
-}
-
 }  // namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS
 
-// Stage 1, v10 (loads overlapped, products in registers): launched in place of wy_prepare_kernel above.
+// Stage 1: wy_prepare_async_kernel (its own header; it uses the helpers above).
 #include "cuda/delta_rule_prepare_kernels.cuh"

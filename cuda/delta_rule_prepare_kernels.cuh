@@ -1,7 +1,6 @@
 // Stage 1 of the chunkwise DeltaNet / Gated DeltaNet forward (and of the tensor-core backward's own
-// forward): wy_prepare_async_kernel, one block per (chunk, head), the same contract as
-// delta_rule_forward_kernels.cuh's wy_prepare_kernel (v9), which stays until this one (v10) is measured on
-// the H200 (cuda/NOTES_delta.md, "Prepare v10"). Included by delta_rule_forward_kernels.cuh, so that the CPU
+// forward): wy_prepare_async_kernel, one block per (chunk, head), v10 of NOTES_delta.md ("Prepare v10"; v9,
+// wy_prepare_kernel, measured slower on the H200 and removed: commit c5339b7 has it). Included by delta_rule_forward_kernels.cuh, so that the CPU
 // emulation (property_tests/support/cuda_emulation.hpp) compiles this source under its own namespace too.
 //
 //   A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)   fp32, Gram on mma.sync (bf16/fp16) or fp32 FMA

@@ -2,8 +2,8 @@
 // CUDA blocks (support/cuda_emulation.hpp), for what delta_rule_forward_cpu_emulation_test.cpp (16-bit inputs,
 // head dims multiples of 8, the register scan) does not reach: fp32 inputs, odd and wide head dims (plain loads
 // instead of cp.async), every C, each followed by the fallback scan (chunk_scan_shared_kernel) and judged by the
-// GPU suite's stage checks; bits equal to v9's wy_prepare_kernel (the same arithmetic, rearranged) while v9 is in
-// the tree; and bugs planted in its own arithmetic as compile-time policies, each caught by the T rows.
+// GPU suite's stage checks (v10 gave v9's bits on these cases, the same arithmetic rearranged, until v9 left
+// the tree at c5339b7); and bugs planted in its own arithmetic as compile-time policies, each caught by the T rows.
 // NOT a GPU result (see the emulation's header for what it cannot show).
 #include "property_tests/support/cuda_emulation.hpp"
 
@@ -48,23 +48,17 @@ struct MergeDropsItsDiagonalTerm : fk::FaithfulPrepare {  // T21 = −T22 X with
   static constexpr bool keeps_merge_term(int row, int m) { return m != row; }
 };
 
-enum class Prepare { v10, v9 };
-
 struct Emulated {
   Tensor q, k, v, beta, log_gate, initial_state;
   Tensor output, final_state, w, u, w_lo, u_lo, v_new, a, t, boundary;
 };
 
 template <class T, int C, class Policy>
-void run_prepare(const cuda::delta_rule::ForwardStageParams& p, Prepare which, ThreadOrder order, std::uint64_t seed) {
+void run_prepare(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder order, std::uint64_t seed) {
   const dim3 grid(cuda::chunk_count(p.length, C), p.batch * p.heads);
-  if (which == Prepare::v10)
-    emulation::launch({grid, dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
-                       order, seed},
-                      fk::wy_prepare_async_kernel<T, C, Policy>, p);
-  else
-    emulation::launch({grid, dim3(fk::kPrepareThreads), fk::prepare_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, order, seed},
-                      fk::wy_prepare_kernel<T, C>, p);
+  emulation::launch({grid, dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
+                     order, seed},
+                    fk::wy_prepare_async_kernel<T, C, Policy>, p);
 }
 
 // The fallback scan with 16 value rows per block (it fits every head dim up to 256).
@@ -95,10 +89,10 @@ cuda::Strides token_major_strides(Index heads, Index length, Index cols) { retur
 
 enum class Layout { packed, token_major };
 
-// The prepare (v10 under Policy, or v9) and, when `scan`, the fallback scan; every written tensor read back.
+// The prepare (under Policy) and, when `scan`, the fallback scan; every written tensor read back.
 // token_major: k, v, β and g as fla lays them out (the kernels follow the strides; q and the scan stay packed).
 template <class Policy = fk::FaithfulPrepare>
-PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Prepare::v10, bool scan = true,
+PrepareRun emulate(const DeltaCase& c, const HostInputs& in, bool scan = true,
                    ThreadOrder order = ThreadOrder::shuffled, Layout layout = Layout::packed) {
   const DType d = c.dtype;
   const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim, C = c.chunk;
@@ -135,7 +129,7 @@ PrepareRun emulate(const DeltaCase& c, const HostInputs& in, Prepare which = Pre
     using T = decltype(type_tag);
     auto go = [&](auto chunk_tag) {
       constexpr int kC = decltype(chunk_tag)::value;
-      run_prepare<T, kC, Policy>(p, which, order, c.seed);
+      run_prepare<T, kC, Policy>(p, order, c.seed);
       if (scan) run_fallback_scan<T, kC>(p, c.seed + 1);
     };
     switch (C) {
@@ -197,31 +191,6 @@ TEST(DeltaRulePrepareCpuEmulation, StagesMatchTheOracleOnEveryInput) {
   }
 }
 
-// v10 rearranges v9's arithmetic without changing it (the same sums in the same order, the same roundings):
-// A, T, W, U and the residuals w_lo, u_lo agree bit for bit, on cp.async and plain-load inputs alike. To go
-// with wy_prepare_kernel once v10 has replaced it on the H200.
-TEST(DeltaRulePrepareCpuEmulation, SameBitsAsV9) {
-  DELTAPROOF_EMULATION_REQUIRE_X86_64();
-  std::vector<DeltaCase> cases = prepare_cases();
-  for (Index C : {16, 32, 64}) {  // the register scan's shapes, gated and not
-    DeltaCase c;
-    c.chunk = C, c.length = 2 * C + 3, c.key_dim = 128, c.value_dim = 40, c.gated = C != 32, c.heads = 2, c.seed = 800 + std::uint64_t(C);
-    cases.push_back(c);
-  }
-  for (const DeltaCase& c : cases) {
-    const HostInputs in = make_inputs(c);
-    const PrepareRun v10 = emulate(c, in, Prepare::v10, false), v9 = emulate(c, in, Prepare::v9, false);
-    EXPECT_TRUE(v10.result.a.data == v9.result.a.data) << "A " << describe(c);
-    EXPECT_TRUE(v10.result.t.data == v9.result.t.data) << "T " << describe(c);
-    EXPECT_TRUE(v10.result.w.data == v9.result.w.data && v10.w_lo.data == v9.w_lo.data) << "W " << describe(c);
-    EXPECT_TRUE(v10.result.u.data == v9.result.u.data && v10.u_lo.data == v9.u_lo.data) << "U " << describe(c);
-  }
-  // The comparison sees a difference when there is one: a merge without its diagonal term.
-  const HostInputs in = make_inputs(cases.back());
-  EXPECT_FALSE(emulate<MergeDropsItsDiagonalTerm>(cases.back(), in, Prepare::v10, false).result.t.data ==
-               emulate(cases.back(), in, Prepare::v9, false).result.t.data);
-}
-
 // The same bits whatever order the threads run in between barriers, on the paths the register-scan test does
 // not take (fp32 cp.async, plain loads at odd dims, 256-wide rows).
 TEST(DeltaRulePrepareCpuEmulation, ResultsDoNotDependOnThreadOrder) {
@@ -229,9 +198,9 @@ TEST(DeltaRulePrepareCpuEmulation, ResultsDoNotDependOnThreadOrder) {
   const std::vector<DeltaCase> cases = prepare_cases();
   for (const DeltaCase& c : {cases[1], cases[3], cases[5]}) {
     const HostInputs in = make_inputs(c);
-    const PrepareRun ascending = emulate(c, in, Prepare::v10, false, ThreadOrder::ascending);
+    const PrepareRun ascending = emulate(c, in, false, ThreadOrder::ascending);
     for (ThreadOrder order : {ThreadOrder::descending, ThreadOrder::shuffled}) {
-      const PrepareRun other = emulate(c, in, Prepare::v10, false, order);
+      const PrepareRun other = emulate(c, in, false, order);
       EXPECT_TRUE(ascending.result.a.data == other.result.a.data && ascending.result.t.data == other.result.t.data) << describe(c);
       EXPECT_TRUE(ascending.result.w.data == other.result.w.data && ascending.result.u.data == other.result.u.data) << describe(c);
       EXPECT_TRUE(ascending.w_lo.data == other.w_lo.data && ascending.u_lo.data == other.u_lo.data) << describe(c);
@@ -247,8 +216,8 @@ TEST(DeltaRulePrepareCpuEmulation, StridedInputsGiveTheSameBits) {
   for (DeltaCase c : {cases[1], cases[2], cases[4]}) {
     c.batch = 2, c.heads = 3;
     const HostInputs in = make_inputs(c);
-    const PrepareRun packed = emulate(c, in, Prepare::v10, false);
-    const PrepareRun strided = emulate(c, in, Prepare::v10, false, ThreadOrder::shuffled, Layout::token_major);
+    const PrepareRun packed = emulate(c, in, false);
+    const PrepareRun strided = emulate(c, in, false, ThreadOrder::shuffled, Layout::token_major);
     EXPECT_TRUE(packed.result.a.data == strided.result.a.data && packed.result.t.data == strided.result.t.data) << describe(c);
     EXPECT_TRUE(packed.result.w.data == strided.result.w.data && packed.result.u.data == strided.result.u.data) << describe(c);
     EXPECT_TRUE(packed.w_lo.data == strided.w_lo.data && packed.u_lo.data == strided.u_lo.data) << describe(c);

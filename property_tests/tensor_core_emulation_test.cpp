@@ -1,6 +1,6 @@
 // The emulated machine (support/cuda_emulation.hpp) and the tensor-core primitives of
 // cuda/tensor_core.cuh as it runs them: small GEMMs written the way the project's kernels write
-// them (wy_prepare_kernel's W = T·K, the register scan's P = Q·Kᵀ and S += V̄ᵀ·K, block_gemm's WMMA)
+// them (the prepare's W = T·K, the register scan's P = Q·Kᵀ and S += V̄ᵀ·K, block_gemm's WMMA)
 // against plain CPU products, bit for bit; the shuffles and the built-ins against their
 // definitions; and planted mistakes (a transposed fragment, a wrong lane mapping, a missing or late
 // cp.async wait, a race, a divergent collective) each caught.
@@ -119,7 +119,7 @@ std::vector<T> wide_values(std::size_t n, std::mt19937_64& engine) {
 // GEMM kernels in the project's three mma.sync forms, and the mistakes planted in them.
 
 enum class Form {
-  w_equals_t_k,   // A [m][k] rows (ldmatrix), B [k][n] (ldmatrix.trans): wy_product_tc's W = T·K
+  w_equals_t_k,   // A [m][k] rows (ldmatrix), B [k][n] (ldmatrix.trans): the prepare's W = T·K
   p_equals_q_kt,  // A [m][k] rows, B stored [n][k] (ldmatrix): the register scan's P = Q·Kᵀ
   s_plus_vt_k,    // A stored [k][m] (ldmatrix.trans), B [k][n] (ldmatrix.trans): the scan's S += V̄ᵀ·K
 };

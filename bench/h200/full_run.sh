@@ -5,6 +5,7 @@
 # checkout, into .dev-pack/run.tar.xz; on the device, unpacked at /tmp/r (this script with them):
 #   bash /tmp/r/bench/h200/full_run.sh measure    # ≤ 9 min: suites and 20 seeds, benchmarks, ncu, CLI
 #   bash /tmp/r/bench/h200/full_run.sh sanitize   # ≈ 9 min: ctest -L gpu-sanitize and ctest -L long
+#   bash /tmp/r/bench/h200/full_run.sh seeds BINARY[:FILTER]...  # 20 seeds of those suites, nothing beside
 # Logs under $OUT; a short summary is printed last.
 set -u
 ROOT=/tmp/r
@@ -65,14 +66,33 @@ if [ "${1:-}" = measure ]; then
   rm -f "$OUT/bench_delta.txt"  # the JSON holds it (only 8 files come back from a device call)
   head -40 "$OUT/seed_failures.txt"
   cat "$OUT/suites.txt"
+elif [ "${1:-}" = seeds ]; then
+  # Property suites with seeds 1..20 alone on the machine (8 processes per binary at a time; in `measure`
+  # they share it with everything else and may time out). Arguments: BINARY[:GTEST_FILTER] ...; each
+  # process gets ${SEED_TIMEOUT:-170} s.
+  shift
+  for arg in "$@"; do
+    t=${arg%%:*}; filter=-*AccuracyAtDesign*; [ "$arg" != "$t" ] && filter=${arg#*:}
+    seq 1 20 | xargs -P ${SEED_PARALLEL:-8} -I{} sh -c "RC_PARAMS='seed={} max_success=4' timeout ${SEED_TIMEOUT:-170} ./$t --gtest_color=no \
+      --gtest_filter='$filter' > $OUT/seed_${t}_{}.log 2>&1; echo $t seed {} rc=\$?" &
+  done > "$OUT/seeds.txt"
+  wait
+  for arg in "$@"; do t=${arg%%:*}; echo "seeds $t: $(grep "^$t" "$OUT/seeds.txt" | grep -c 'rc=0')/20 pass"; done
+  grep -v "rc=0" "$OUT/seeds.txt"
+  grep -h -B2 -A6 "Falsifiable\|Failure" "$OUT"/seed_*.log | cut -c1-260 | head -60
+  tar -czf "$OUT/seed_logs.tgz" -C "$OUT" $(cd "$OUT" && ls seed_*.log) && rm -f "$OUT"/seed_*.log
 elif [ "${1:-}" = sanitize ]; then
   # Every device test under memcheck, racecheck, synccheck and initcheck (max_success=3), beside the
   # 2²⁰-token / > 2³¹-element runs.
   (timeout 300 ctest --test-dir "$B/property_tests" -L long --output-on-failure > "$OUT/long.txt" 2>&1; echo "long rc=$?" >> "$OUT/long.txt") &
-  timeout 540 ctest --test-dir "$B/property_tests" -L gpu-sanitize -j 14 --timeout 400 > "$OUT/sanitize.txt" 2>&1
+  timeout ${SANITIZE_TIMEOUT:-540} ctest --test-dir "$B/property_tests" -L gpu-sanitize -j 14 --timeout 400 > "$OUT/sanitize.txt" 2>&1
   echo "sanitize rc=$?"
   wait
-  grep -hE "tests passed|Failed|\*\*\*|Timeout" "$OUT/sanitize.txt" | head -30
+  for tool in memcheck racecheck synccheck initcheck; do
+    echo "$tool: $(grep -E "Test +#[0-9]+: sanitize\.$tool\." "$OUT/sanitize.txt" | grep -c " Passed ") passed of $(grep -cE "Test +#[0-9]+: sanitize\.$tool\." "$OUT/sanitize.txt") run"
+  done
+  grep -hE "tests passed|Failed|\*\*\*|Timeout|Not Run" "$OUT/sanitize.txt" | head -30
+  sort -t' ' -k1 "$OUT/sanitize.txt" | grep -E " Passed " | awk '{print $(NF-1), $4}' | sort -rn | head -5  # slowest
   tail -25 "$OUT/long.txt"
 fi
 cat "$OUT/gpu.txt"; rm -f "$OUT/gpu.txt"
