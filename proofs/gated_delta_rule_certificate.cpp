@@ -11,7 +11,7 @@
 //
 // Built twice: faithful, and with DELTAPROOF_PLANTED (γ dropped from W = T diag(β ⊙ γ) K),
 // which ctest expects to fail (WILL_FAIL).
-#include "proofs/identity_testing.hpp"
+#include "proofs/delta_claims.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/linear_attention.hpp"
 
@@ -126,26 +126,19 @@ class LogOr {
 
 namespace Eigen {
 template <class V>
-struct NumTraits<deltaproof::proofs::LogOr<V>> : GenericNumTraits<deltaproof::proofs::LogOr<V>> {
-  using Real = deltaproof::proofs::LogOr<V>;
-  using NonInteger = Real;
-  using Nested = Real;
-  using Literal = Real;
-  enum { IsComplex = 0, IsInteger = 0, IsSigned = 1, RequireInitialization = 1, ReadCost = 4, AddCost = 16, MulCost = 16 };
-};
+struct NumTraits<deltaproof::proofs::LogOr<V>> : deltaproof::ref::OwnScalarTraits<deltaproof::proofs::LogOr<V>, 4, 16, 16> {};
 }  // namespace Eigen
 
 namespace {
 
 using namespace deltaproof::proofs;
-namespace dr = deltaproof::ref::delta_rule;
 namespace gd = deltaproof::ref::gated_delta_rule;
 namespace la = deltaproof::ref::linear_attention;
 namespace ref = deltaproof::ref;
-using dr::TriangularSolve;
 
 #ifdef DELTAPROOF_PLANTED
 // Planted bug: the in-chunk decay γ left out of W (W = T diag(β) K).
+constexpr const char* kPlanted = "gamma dropped from W = T diag(beta gamma) K";
 struct Policy : gd::Faithful {
   template <class Scalar, class KRows, class VRows>
   static dr::WY<Scalar> wy_factors(const Matrix<Scalar>& t, const KRows& k, const VRows& v, const Vector<Scalar>& beta,
@@ -154,39 +147,9 @@ struct Policy : gd::Faithful {
   }
 };
 #else
+constexpr const char* kPlanted = nullptr;
 using Policy = gd::Faithful;
 #endif
-
-struct Shape {
-  Index L, C, DK, DV;
-  bool initial_state;
-  Index base;
-  std::string name() const {
-    return "L=" + std::to_string(L) + " C=" + std::to_string(C) + " DK=" + std::to_string(DK) + " DV=" + std::to_string(DV) +
-           (initial_state ? " S_0 given" : " S_0 = 0") + ", base block " + std::to_string(base);
-  }
-};
-
-template <class S>
-void equal_maps(Claim<S>& claim, const std::vector<dr::AffineMap<S>>& a, const std::vector<dr::AffineMap<S>>& b) {
-  if (a.size() != b.size()) claim.equal(Matrix<S>::Zero(1, 1), Matrix<S>::Zero(1, 2));
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    claim.equal(a[i].transition, b[i].transition).equal(a[i].write, b[i].write);
-}
-
-template <class S, class Chunked>
-void equal_to_recurrence(Claim<S>& claim, const Chunked& chunked, const dr::Forward<S>& recurrent,
-                         const std::vector<Matrix<S>>& states, Index chunk_size) {
-  claim.equal(chunked.output, recurrent.output).equal(chunked.final_state, recurrent.final_state);
-  for (size_t c = 0; c < chunked.boundary_states.size(); ++c)
-    claim.equal(chunked.boundary_states[c], states[c * static_cast<size_t>(chunk_size)]);
-}
-
-template <class S>
-void equal_gradients(Claim<S>& claim, const gd::Gradients<S>& a, const gd::Gradients<S>& b) {
-  claim.equal(a.dq, b.dq).equal(a.dk, b.dk).equal(a.dv, b.dv).equal(as_matrix(a.d_beta), as_matrix(b.d_beta));
-  claim.equal(as_matrix(a.d_alpha), as_matrix(b.d_alpha)).equal(a.d_initial_state, b.d_initial_state);
-}
 
 template <class V>
 Matrix<V> values(const Matrix<LogOr<V>>& m) {
@@ -198,25 +161,16 @@ Matrix<LogOr<V>> lifted(const Matrix<V>& m) {
 }
 
 template <class Source>
-auto gated_claims(const Shape& sh, Source& src) {
+auto gated_claims(const DeltaShape& sh, Source& src) {
   using S = std::decay_t<decltype(src.matrix(1, 1)(0, 0))>;
   gd::Inputs<S> in{src.matrix(sh.L, sh.DK), src.matrix(sh.L, sh.DK), src.matrix(sh.L, sh.DV), src.vector(sh.L),
                    src.vector(sh.L), std::nullopt};
   if (sh.initial_state) in.initial_state = src.matrix(sh.DV, sh.DK);
   Claims<S> out;
 
-  const auto erase_write = gd::token_recurrence(in);
-  const auto rcw = gd::token_recurrence_read_correct_write(in);
-  out.add("read-correct-write on alpha S = erase-write: O, S_L  [gated token_recurrence_read_correct_write = token_recurrence]")
-      .equal(rcw.output, erase_write.output)
-      .equal(rcw.final_state, erase_write.final_state);
-  const auto affine = gd::affine_scan(in);
-  out.add("affine tree scan, M_r = alpha_r (I - beta_r k_r k_r^T) = erase-write: O, S_L  [affine_scan]")
-      .equal(affine.output, erase_write.output)
-      .equal(affine.final_state, erase_write.final_state);
+  const auto erase_write = claim_token_views(out, "gated ", in);
   const auto maps = gd::affine_maps<S>(in.k, in.v, in.beta, in.alpha);
-  std::vector<Matrix<S>> states{in.initial_state_or_zero()};
-  for (Index t = 0; t < sh.L; ++t) states.push_back(maps[t].apply(states.back()));
+  const std::vector<Matrix<S>> states = recurrence_states(in.initial_state_or_zero(), maps);
 
   auto& solves = out.add("gated A = I + strictly_lower(diag(beta)(K K^T . D)): A T = I; blocked (base " + std::to_string(sh.base) +
                          ") and recursive T = T_fs  [wy_system, invert_unit_lower_*]");
@@ -243,13 +197,7 @@ auto gated_claims(const Shape& sh, Source& src) {
     for (Index r = 0; r < ch.size; ++r) prefixes.equal(dense[r].apply(states[ch.begin]), states[ch.begin + r + 1]);
   }
 
-  for (const auto solve : {TriangularSolve::forward_substitution, TriangularSolve::blocked, TriangularSolve::recursive})
-    equal_to_recurrence(out.add("gated chunkwise (C=" + std::to_string(sh.C) + ", " + dr::to_string(solve) +
-                                ") = recurrence: O, S_L, every S_[c]  [chunkwise]"),
-                        gd::chunkwise<S, Policy>(in, sh.C, {solve, sh.base}), erase_write, states, sh.C);
-  equal_to_recurrence(out.add("gated parallel form (one chunk C=L, blocked) = recurrence: O, S_L  [parallel_wy]"),
-                      gd::chunkwise<S, Policy>(in, std::max<Index>(1, sh.L), {TriangularSolve::blocked, sh.base}), erase_write,
-                      states, std::max<Index>(1, sh.L));
+  claim_chunkwise_forms<Policy>(out, "gated ", in, sh, erase_write, states);
 
   // alpha = 1: DeltaNet, intermediates included.
   {
@@ -300,10 +248,7 @@ auto gated_claims(const Shape& sh, Source& src) {
   // Backward.
   const gd::Cotangents<S> cot{src.matrix(sh.L, sh.DV), src.matrix(sh.DV, sh.DK)};
   const auto recurrent = gd::token_recurrence_backward(in, cot);
-  for (const auto solve : {TriangularSolve::forward_substitution, TriangularSolve::blocked, TriangularSolve::recursive})
-    equal_gradients(out.add("gated backward through WY (C=" + std::to_string(sh.C) + ", " + dr::to_string(solve) +
-                            ") = recurrence backward: dq, dk, dv, dbeta, dalpha, dS_0  [chunkwise_backward]"),
-                    gd::chunkwise_backward<S, Policy>(in, cot, sh.C, {solve, sh.base}), recurrent);
+  claim_backward_paths<Policy>(out, "gated ", in, cot, sh, recurrent);
   {
     const gd::Cotangents<LS> cot_logs{lifted(cot.d_output), lifted(*cot.d_final_state)};
     const auto from_logs = gd::chunkwise_log_gate_backward<LS, Policy>(logs, cot_logs, sh.C);
@@ -318,39 +263,18 @@ auto gated_claims(const Shape& sh, Source& src) {
   out.add("log-gate path: every exponent evaluated is a sum of log-gates (coefficients 0/1), so <= 0: count of others = 0"
           " (" + std::to_string(LS::exponents) + " exponents)")
       .equal(as_matrix(S(static_cast<int>(LS::exponents_not_sums_of_gates))), as_matrix(S(0)));
-  {
-    using D = ref::Dual<S>;
-    gd::Inputs<S> u{src.matrix(sh.L, sh.DK), src.matrix(sh.L, sh.DK), src.matrix(sh.L, sh.DV), src.vector(sh.L),
-                    src.vector(sh.L), std::nullopt};
-    const Matrix<S> u_s0 = src.matrix(sh.DV, sh.DK);
-    const gd::Inputs<D> moved{lift(in.q, u.q), lift(in.k, u.k), lift(in.v, u.v), lift(as_matrix(in.beta), as_matrix(u.beta)).col(0),
-                              lift(as_matrix(in.alpha), as_matrix(u.alpha)).col(0), lift(in.initial_state_or_zero(), u_s0)};
-    const gd::Cotangents<D> cot_d{lift(cot.d_output), lift(*cot.d_final_state)};
-    const S directional = gd::pairing(gd::token_recurrence(moved), cot_d).tangent;
-    const S analytic = ref::frobenius_inner(recurrent.dq, u.q) + ref::frobenius_inner(recurrent.dk, u.k) +
-                       ref::frobenius_inner(recurrent.dv, u.v) + ref::frobenius_inner(as_matrix(recurrent.d_beta), as_matrix(u.beta)) +
-                       ref::frobenius_inner(as_matrix(recurrent.d_alpha), as_matrix(u.alpha)) +
-                       ref::frobenius_inner(recurrent.d_initial_state, u_s0);
-    out.add("<backward, u> = d/de L(x + e u) through the gated recurrence (dual numbers): backward = formal gradient of L")
-        .equal(as_matrix(analytic), as_matrix(directional));
-  }
+  claim_formal_gradient(out, "gated ", in, cot, recurrent, src, [](const auto& p) { return gd::inputs_of(p); });
   return out;
 }
 
 }  // namespace
 
 int main() {
-  Certificate cert("Gated DeltaNet certificate (proofs/gated_delta_rule.md): token views = affine scan = gated WY ="
-                   " chunkwise (three solves) = parallel; alpha = 1 is DeltaNet; log-gate path = gate products;"
-                   " backward paths = formal gradient"
-#ifdef DELTAPROOF_PLANTED
-                   "\nPLANTED BUG: gamma dropped from W = T diag(beta gamma) K (this run must fail)"
-#endif
-  );
-  const Shape shapes[] = {
-      {1, 4, 1, 1, false, 1}, {2, 1, 2, 1, true, 1},  {5, 2, 3, 2, true, 1},   {7, 4, 2, 3, false, 2},
-      {9, 8, 1, 2, true, 3},  {17, 16, 2, 2, true, 4}, {70, 64, 2, 2, true, 16},
-  };
-  for (const Shape& sh : shapes) cert.shape(sh.name(), [&](auto& source) { return gated_claims(sh, source); });
-  return cert.finish();
+  return certify_shapes("Gated DeltaNet certificate (proofs/gated_delta_rule.md): token views = affine scan = gated WY ="
+                        " chunkwise (three solves) = parallel; alpha = 1 is DeltaNet; log-gate path = gate products;"
+                        " backward paths = formal gradient",
+                        kPlanted,
+                        {{1, 4, 1, 1, false, 1}, {2, 1, 2, 1, true, 1}, {5, 2, 3, 2, true, 1}, {7, 4, 2, 3, false, 2},
+                         {9, 8, 1, 2, true, 3}, {17, 16, 2, 2, true, 4}, {70, 64, 2, 2, true, 16}},
+                        [](const DeltaShape& sh, auto& source) { return gated_claims(sh, source); });
 }

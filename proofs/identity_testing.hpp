@@ -84,13 +84,7 @@ class Degree {
 
 namespace Eigen {
 template <>
-struct NumTraits<deltaproof::proofs::Degree> : GenericNumTraits<deltaproof::proofs::Degree> {
-  using Real = deltaproof::proofs::Degree;
-  using NonInteger = Real;
-  using Nested = Real;
-  using Literal = Real;
-  enum { IsComplex = 0, IsInteger = 0, IsSigned = 1, RequireInitialization = 1, ReadCost = 1, AddCost = 1, MulCost = 1 };
-};
+struct NumTraits<deltaproof::proofs::Degree> : deltaproof::ref::OwnScalarTraits<deltaproof::proofs::Degree, 1, 1, 1> {};
 }  // namespace Eigen
 
 namespace deltaproof::proofs {

@@ -1,4 +1,5 @@
 // DeltaNet: every forward form of the derivation equals its neighbours over ℚ.
+#include "property_tests/batch_properties.hpp"
 #include "property_tests/delta_properties.hpp"
 #include "reference/random_inputs.hpp"
 
@@ -14,26 +15,7 @@ constexpr ShapeLimits kForms{.max_length = 96, .max_dim = 24, .max_chunk = 64};
 // The erase–write view and the affine scan multiply dense (DK, DK) matrices per token.
 constexpr ShapeLimits kDense{.max_length = 64, .max_dim = 16, .max_chunk = 64};
 
-RC_GTEST_PROP(DeltaRuleForms, TokenViewsAndAffineScanAgree, ()) { check_delta_token_views_agree(*gen_delta_case(kDense)); }
-
-RC_GTEST_PROP(DeltaRuleForms, ChunkStagesMatchDenseProducts, ()) {
-  const auto c = *gen_delta_case(kForms);
-  check_delta_chunk_stages(c, *gen_solve(), *gen_base_block());
-}
-
-RC_GTEST_PROP(DeltaRuleForms, ChunkwiseMatchesRecurrenceForEverySolve, ()) {
-  const auto c = *gen_delta_case(kForms);
-  check_delta_chunkwise_matches_recurrence(c, *gen_solve(), *gen_base_block());
-}
-
-// C = L: the whole-sequence parallel form.
-RC_GTEST_PROP(DeltaRuleForms, ParallelFormMatchesRecurrence, ()) {
-  const auto c = *gen_delta_case({.max_length = 40, .max_dim = 10, .max_chunk = 40});
-  const auto parallel = dr::parallel_wy(c.inputs, {*gen_solve(), *gen_base_block()});
-  const auto recurrent = dr::token_recurrence(c.inputs);
-  require_equal("parallel output vs recurrence", parallel.output, recurrent.output);
-  require_equal("parallel final state vs recurrence", parallel.final_state, recurrent.final_state);
-}
+DELTAPROOF_DELTA_FORM_PROPERTIES(DeltaRuleForms, gen_delta_case, kDense, kForms, kForms)
 
 // The three triangular solves on WY systems of the kernels' sizes and awkward ones, any base block.
 RC_GTEST_PROP(DeltaRuleForms, TriangularSolvesAgreeIncludingBlocks, ()) {
@@ -79,27 +61,7 @@ RC_GTEST_PROP(DeltaRuleForms, ChunkSizeDoesNotMatter, ()) {
 }
 
 RC_GTEST_PROP(DeltaRuleForms, BatchedEqualsPerHead, ()) {
-  const auto batch = *rc::gen::inRange<Index>(1, 3);
-  const auto heads = *rc::gen::inRange<Index>(1, 3);
-  const Shape s = *gen_shape({.max_length = 20, .max_dim = 8});
-  dr::BatchInputs<Exact> in{ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
-                            ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
-                            ref::Tensor4<Exact>(batch, heads, s.length, s.value_dim),
-                            ref::Tensor4<Exact>(batch, heads, s.length, 1), std::nullopt};
-  if (s.with_initial_state) in.initial_state = ref::Tensor4<Exact>(batch, heads, s.value_dim, s.key_dim);
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    in.q.set_head(b, h, *gen_matrix(s.length, s.key_dim));
-    in.k.set_head(b, h, *gen_matrix(s.length, s.key_dim));
-    in.v.set_head(b, h, *gen_matrix(s.length, s.value_dim));
-    in.beta.set_head(b, h, Matrix<Exact>(*gen_gates(s.length, GateRegime::mixed)));
-    if (in.initial_state) in.initial_state->set_head(b, h, *gen_matrix(s.value_dim, s.key_dim));
-  });
-  const auto out = dr::batched(in, [&](const dr::Inputs<Exact>& x) { return dr::chunkwise(x, s.chunk_size); });
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    const auto one = dr::token_recurrence(in.head(b, h));
-    require_equal("batched output head", out.output.head(b, h), one.output);
-    require_equal("batched final state head", out.final_state.head(b, h), one.final_state);
-  });
+  check_batched_equals_per_head<dr::BatchInputs<Exact>>(gen_batch_shape(2, 2, {.max_length = 20, .max_dim = 8}));
 }
 
 // The forms are generic on purpose: they run on dual numbers (no comparisons, no conversions).

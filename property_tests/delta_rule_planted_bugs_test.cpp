@@ -62,36 +62,35 @@ TEST(DeltaPlantedBugs, MergeWithT11AndT22SwappedIsCaught) {
   }));
   EXPECT_FALSE(rc::check("chunkwise == recurrence, blocked solve (mutant: T11 and T22 swapped)", [] {
     const auto c = *gen_delta_case(kSmall);
-    check_delta_chunkwise_matches_recurrence<SwappedMerge>(c, TriangularSolve::blocked, 1);
+    check_chunkwise_matches_recurrence<SwappedMerge>(c, TriangularSolve::blocked, 1);
   }));
 }
 
 TEST(DeltaPlantedBugs, WAndUSwappedIsCaught) {
   EXPECT_FALSE(rc::check("chunkwise == recurrence (mutant: W and U swapped)", [] {
-    check_delta_chunkwise_matches_recurrence<SwappedWU>(*gen_square_delta_case(), TriangularSolve::forward_substitution, 16);
+    check_chunkwise_matches_recurrence<SwappedWU>(*gen_square_delta_case(), TriangularSolve::forward_substitution, 16);
   }));
   EXPECT_FALSE(rc::check("WY stages (mutant: W and U swapped)", [] {
-    check_delta_chunk_stages<SwappedWU>(*gen_square_delta_case(), TriangularSolve::forward_substitution, 16);
+    check_chunk_stages<SwappedWU>(*gen_square_delta_case(), TriangularSolve::forward_substitution, 16);
   }));
 }
 
 TEST(DeltaPlantedBugs, BetaAppliedTwiceIsCaught) {
   EXPECT_FALSE(rc::check("chunkwise == recurrence (mutant: beta applied twice)", [] {
-    check_delta_chunkwise_matches_recurrence<BetaTwice>(*gen_delta_case(kSmall), TriangularSolve::forward_substitution, 16);
+    check_chunkwise_matches_recurrence<BetaTwice>(*gen_delta_case(kSmall), TriangularSolve::forward_substitution, 16);
   }));
   EXPECT_FALSE(rc::check("backward paths agree (mutant: beta applied twice)", [] {
-    check_delta_backward_paths_agree<BetaTwice>(*gen_delta_case(kSmall), TriangularSolve::recursive, 2);
+    check_backward_paths_agree<BetaTwice>(*gen_delta_case(kSmall), TriangularSolve::recursive, 2);
   }));
   EXPECT_FALSE(rc::check("dual directional derivative (mutant: beta applied twice)", [] {
     const auto c = *gen_delta_case({.max_length = 12, .max_dim = 4, .max_chunk = 12});
-    check_delta_exact_directional_derivative<BetaTwice>(c, *gen_direction(dr::params_of(c.inputs)));
+    check_exact_directional_derivative<BetaTwice>(c, *gen_direction(dr::params_of(c.inputs)));
   }));
 }
 
 TEST(DeltaPlantedBugs, GatedDecayMissingFromWIsCaught) {
   EXPECT_FALSE(rc::check("gated chunkwise == recurrence (mutant: gamma missing from W)", [] {
-    check_gated_chunkwise_matches_recurrence<GatedWithoutGammaInW>(*gen_gated_delta_case(kSmall),
-                                                                   TriangularSolve::forward_substitution, 16);
+    check_chunkwise_matches_recurrence<GatedWithoutGammaInW>(*gen_gated_delta_case(kSmall), TriangularSolve::forward_substitution, 16);
   }));
 }
 
@@ -99,7 +98,7 @@ TEST(DeltaPlantedBugs, GatedDecayMissingFromWIsCaught) {
 // above are the mutants', not the harness's).
 TEST(DeltaPlantedBugs, FaithfulFormsPassTheSameHarness) {
   EXPECT_TRUE(rc::check("chunkwise == recurrence (faithful, square heads)", [] {
-    check_delta_chunkwise_matches_recurrence(*gen_square_delta_case(), TriangularSolve::blocked, 1);
+    check_chunkwise_matches_recurrence(*gen_square_delta_case(), TriangularSolve::blocked, 1);
   }));
 }
 

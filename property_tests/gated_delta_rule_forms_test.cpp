@@ -12,28 +12,9 @@ namespace {
 constexpr ShapeLimits kForms{.max_length = 96, .max_dim = 24, .max_chunk = 64};
 // The erase–write view and the affine scan multiply dense (DK, DK) matrices per token.
 constexpr ShapeLimits kDense{.max_length = 64, .max_dim = 16, .max_chunk = 64};
+constexpr ShapeLimits kStages{.max_length = 40, .max_dim = 10, .max_chunk = 40};
 
-RC_GTEST_PROP(GatedDeltaRuleForms, TokenViewsAndAffineScanAgree, ()) {
-  check_gated_token_views_agree(*gen_gated_delta_case(kDense));
-}
-
-RC_GTEST_PROP(GatedDeltaRuleForms, ChunkStagesMatchDenseProducts, ()) {
-  const auto c = *gen_gated_delta_case({.max_length = 40, .max_dim = 10, .max_chunk = 40});
-  check_gated_chunk_stages(c, *gen_solve(), *gen_base_block());
-}
-
-RC_GTEST_PROP(GatedDeltaRuleForms, ChunkwiseMatchesRecurrenceForEverySolve, ()) {
-  const auto c = *gen_gated_delta_case(kForms);
-  check_gated_chunkwise_matches_recurrence(c, *gen_solve(), *gen_base_block());
-}
-
-RC_GTEST_PROP(GatedDeltaRuleForms, ParallelFormMatchesRecurrence, ()) {
-  const auto c = *gen_gated_delta_case({.max_length = 40, .max_dim = 10, .max_chunk = 40});
-  const auto parallel = gd::parallel_wy(c.inputs, {*gen_solve(), *gen_base_block()});
-  const auto recurrent = gd::token_recurrence(c.inputs);
-  require_equal("parallel output vs recurrence", parallel.output, recurrent.output);
-  require_equal("parallel final state vs recurrence", parallel.final_state, recurrent.final_state);
-}
+DELTAPROOF_DELTA_FORM_PROPERTIES(GatedDeltaRuleForms, gen_gated_delta_case, kDense, kStages, kForms)
 
 RC_GTEST_PROP(GatedDeltaRuleForms, TriangularSolvesAgreeOnGatedSystems, ()) {
   const Index n = *rc::gen::oneOf(rc::gen::element<Index>(1, 2, 16, 17, 32), rc::gen::inRange<Index>(1, 40));

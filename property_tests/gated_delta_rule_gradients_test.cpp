@@ -12,37 +12,7 @@ constexpr ShapeLimits kBackward{.max_length = 80, .max_dim = 20, .max_chunk = 64
 constexpr ShapeLimits kDual{.max_length = 32, .max_dim = 12, .max_chunk = 32};
 constexpr ShapeLimits kHigh{.max_length = 20, .max_dim = 8, .max_chunk = 20};
 
-RC_GTEST_PROP(GatedDeltaRuleGradients, BackwardPathsEqualOverRationals, ()) {
-  const auto c = *gen_gated_delta_case(kBackward);
-  check_gated_backward_paths_agree(c, *gen_solve(), *gen_base_block());
-}
-
-RC_GTEST_PROP(GatedDeltaRuleGradients, ExactDirectionalDerivative, ()) {
-  const auto c = *gen_gated_delta_case(kDual);
-  check_gated_exact_directional_derivative(c, *gen_direction(gd::params_of(c.inputs)));
-}
-
-RC_GTEST_PROP(GatedDeltaRuleGradients, CentralDifferencesInHighBelow1e25, ()) {
-  const auto c = *gen_gated_delta_case(kHigh);
-  check_gated_finite_differences(c, *gen_direction(gd::params_of(c.inputs)));
-}
-
-RC_GTEST_PROP(GatedDeltaRuleGradients, EveryPartialByCentralDifferences, ()) {
-  const auto c = *gen_gated_delta_case({.max_length = 5, .max_dim = 3, .max_chunk = 4});
-  const auto analytic = gd::params_of(gd::chunkwise_backward(c.inputs, c.cotangents, c.shape.chunk_size),
-                                     c.inputs.initial_state.has_value());
-  const auto numeric = ref::central_difference_gradient(
-      [&](const ref::Params<High>& p) { return loss_with_exact_cotangents(c.cotangents, gd::token_recurrence(gd::inputs_of(p))); },
-      ref::params_cast<High>(gd::params_of(c.inputs)), High("1e-30"));
-  for (size_t p = 0; p < numeric.size(); ++p)
-    for (Index i = 0; i < numeric[p].value.rows(); ++i)
-      for (Index j = 0; j < numeric[p].value.cols(); ++j) {
-        const High exact(analytic[p].value(i, j));
-        const High err = abs(numeric[p].value(i, j) - exact) / std::max(High(1), High(abs(exact)));
-        if (!(err < High("1e-25")))
-          RC_FAIL("d" + numeric[p].name + "(" + std::to_string(i) + ", " + std::to_string(j) + "): relative error " + err.str(5));
-      }
-}
+DELTAPROOF_DELTA_GRADIENT_PROPERTIES(GatedDeltaRuleGradients, gen_gated_delta_case, kBackward, kDual, kHigh)
 
 // The log-gate backward (High): dL/dg_t = α_t dL/dα_t against the exact gradient, and against
 // central differences in g, both below 1e-25 relative.

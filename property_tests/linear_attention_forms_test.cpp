@@ -1,4 +1,5 @@
 // Linear attention: the three forward forms and the three backward paths are equal over ℚ.
+#include "property_tests/batch_properties.hpp"
 #include "property_tests/linear_attention_properties.hpp"
 
 #include <gtest/gtest.h>
@@ -28,25 +29,7 @@ RC_GTEST_PROP(LinearAttentionForms, ChunkSizeDoesNotMatter, ()) {
 
 // A batched call is the per-head call on each head of a [B, H, L, D] tensor.
 RC_GTEST_PROP(LinearAttentionForms, BatchedEqualsPerHead, ()) {
-  const auto batch = *rc::gen::inRange<Index>(1, 3);
-  const auto heads = *rc::gen::inRange<Index>(1, 4);
-  const Shape s = *gen_shape({.max_length = 40, .max_dim = 12});
-  la::BatchInputs<Exact> in{ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
-                            ref::Tensor4<Exact>(batch, heads, s.length, s.key_dim),
-                            ref::Tensor4<Exact>(batch, heads, s.length, s.value_dim), std::nullopt};
-  if (s.with_initial_state) in.initial_state = ref::Tensor4<Exact>(batch, heads, s.value_dim, s.key_dim);
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    in.q.set_head(b, h, *gen_matrix(s.length, s.key_dim));
-    in.k.set_head(b, h, *gen_matrix(s.length, s.key_dim));
-    in.v.set_head(b, h, *gen_matrix(s.length, s.value_dim));
-    if (in.initial_state) in.initial_state->set_head(b, h, *gen_matrix(s.value_dim, s.key_dim));
-  });
-  const auto out = la::batched(in, [&](const la::Inputs<Exact>& x) { return la::chunkwise(x, s.chunk_size); });
-  ref::for_each_head(batch, heads, [&](Index b, Index h) {
-    const auto one = la::token_recurrence(in.head(b, h));
-    require_equal("batched output head", out.output.head(b, h), one.output);
-    require_equal("batched final state head", out.final_state.head(b, h), one.final_state);
-  });
+  check_batched_equals_per_head<la::BatchInputs<Exact>>(gen_batch_shape(2, 3, {.max_length = 40, .max_dim = 12}));
 }
 
 TEST(LinearAttentionForms, RejectsMismatchedShapes) {

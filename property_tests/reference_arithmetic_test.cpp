@@ -4,6 +4,7 @@
 // over ℚ. Entries with assorted denominators (not only powers of two) and zeros, shapes on both
 // sides of Eigen's switch from the coefficient-wise product to GEMM (rows + cols + depth >= 20).
 #include "property_tests/support/assertions.hpp"
+#include "property_tests/support/generators.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/linear_attention.hpp"
 
@@ -19,9 +20,6 @@ namespace dr = ref::delta_rule;
 namespace gd = ref::gated_delta_rule;
 namespace la = ref::linear_attention;
 using ref::AsWritten;
-using ref::Exact;
-using ref::Index;
-using ref::Matrix;
 using ref::High;
 using ref::Vector;
 

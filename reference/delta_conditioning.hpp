@@ -95,12 +95,7 @@ std::vector<ConditioningRow> conditioning(const delta_rule::Inputs<Exact>& in, c
   return detail::conditioning<Float>(
       in, chunk_sizes, [](const auto& x, Index c) { return delta_rule::chunkwise(x, c); },
       [](const auto& x) { return delta_rule::token_recurrence_read_correct_write(x); },
-      [](const delta_rule::Inputs<Exact>& x) {
-        delta_rule::Inputs<Float> f{matrix_cast<Float>(x.q), matrix_cast<Float>(x.k), matrix_cast<Float>(x.v),
-                                    matrix_cast<Float>(Matrix<Exact>(x.beta)).col(0), std::nullopt};
-        if (x.initial_state) f.initial_state = matrix_cast<Float>(*x.initial_state);
-        return f;
-      });
+      [](const auto& x) { return delta_rule::cast<Float>(x); });
 }
 
 template <class Float>
@@ -108,13 +103,7 @@ std::vector<ConditioningRow> conditioning(const gated_delta_rule::Inputs<Exact>&
   return detail::conditioning<Float>(
       in, chunk_sizes, [](const auto& x, Index c) { return gated_delta_rule::chunkwise(x, c); },
       [](const auto& x) { return gated_delta_rule::token_recurrence_read_correct_write(x); },
-      [](const gated_delta_rule::Inputs<Exact>& x) {
-        gated_delta_rule::Inputs<Float> f{matrix_cast<Float>(x.q), matrix_cast<Float>(x.k), matrix_cast<Float>(x.v),
-                                          matrix_cast<Float>(Matrix<Exact>(x.beta)).col(0),
-                                          matrix_cast<Float>(Matrix<Exact>(x.alpha)).col(0), std::nullopt};
-        if (x.initial_state) f.initial_state = matrix_cast<Float>(*x.initial_state);
-        return f;
-      });
+      [](const auto& x) { return gated_delta_rule::cast<Float>(x); });
 }
 
 }  // namespace deltaproof::ref

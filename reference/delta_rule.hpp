@@ -20,32 +20,22 @@
 #include "reference/gradcheck.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
+#include "reference/sequence_inputs.hpp"
 
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace deltaproof::ref::delta_rule {
 
+// q, k, v (sequence_inputs.hpp), β and S_0.
 template <class Scalar>
-struct Inputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct Inputs : SequenceInputs<Scalar, Inputs<Scalar>> {
   Vector<Scalar> beta;                          // (L)
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DK); absent means S_0 = 0
 
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
-  Matrix<Scalar> initial_state_or_zero() const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
-  }
-  void validate() const {
-    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
-    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
-    require(beta.size() == q.rows(), "beta must have one entry per token (length L)");
-    require(!initial_state || (initial_state->rows() == v.cols() && initial_state->cols() == q.cols()),
-            "initial_state must be (DV, DK)");
-  }
+  std::vector<PerToken> per_token() const { return {{"beta", beta.size()}}; }
 };
 
 // Output (L, DV) and final state (DV, DK): the same pair as linear attention's.
@@ -391,9 +381,7 @@ ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size, C
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     const Vector<Scalar> beta = in.beta.segment(c.begin, c.size);
     out.boundary_states.push_back(state);
     ChunkIntermediates<Scalar> x;
@@ -513,33 +501,50 @@ ChunkGradients<Scalar> chunk_backward(const QRows& q, const KRows& k, const VRow
   return g;
 }
 
-// Chunkwise backward: forward for S_[c] and the WY intermediates, then a reverse scan over
-// chunks carrying G = dL/dS_[c] (G_[N] = dS_L).
-template <class Scalar, class Policy = Faithful>
-Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
-                                     ChunkOptions options = {}) {
-  const ChunkwiseForward<Scalar> fwd = chunkwise<Scalar, Policy>(in, chunk_size, options);
+namespace detail {
+struct NoGates {};
+
+// The reverse scan over chunks of the chunkwise backward (Gated DeltaNet's too), carrying
+// G = dL/dS_[c] from G_[N] = dS_L: per chunk, last first, backward_chunk (the family's
+// chunk_backward) at S_[c] and G_[c+1] gives the chunk's gradients and G_[c]. With gates,
+// gate_gradient(Γ, dΓ) turns the chunk's decay cotangent into d_alpha (dL/dα or dL/dg).
+template <class Gradients, class Scalar, class In, class ChunkedForward, class BackwardChunk, class GateGradient = NoGates>
+Gradients reverse_chunk_scan(const In& in, const ChunkedForward& fwd, const Cotangents<Scalar>& cot, Index chunk_size,
+                             BackwardChunk&& backward_chunk, GateGradient&& gate_gradient = {}) {
+  constexpr bool gated = !std::is_same_v<std::decay_t<GateGradient>, NoGates>;
   const std::vector<Chunk> chunks = chunks_of(in.length(), chunk_size);
-  Gradients<Scalar> g;
+  Gradients g;
   g.dq.resize(in.length(), in.key_dim());
   g.dk.resize(in.length(), in.key_dim());
   g.dv.resize(in.length(), in.value_dim());
   g.d_beta.resize(in.length());
+  if constexpr (gated) g.d_alpha.resize(in.length());
   Matrix<Scalar> grad = final_state_cotangent(cot, in.value_dim(), in.key_dim());
   for (Index c = static_cast<Index>(chunks.size()) - 1; c >= 0; --c) {
     const Chunk& ch = chunks[c];
     const Vector<Scalar> beta = in.beta.segment(ch.begin, ch.size);
-    ChunkGradients<Scalar> cg = chunk_backward<Scalar>(
-        in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
-        beta, fwd.chunks[c], fwd.boundary_states[c], cot.d_output.middleRows(ch.begin, ch.size), grad);
+    auto cg = backward_chunk(in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size),
+                             in.v.middleRows(ch.begin, ch.size), beta, fwd.chunks[c], fwd.boundary_states[c],
+                             cot.d_output.middleRows(ch.begin, ch.size), grad);
     g.dq.middleRows(ch.begin, ch.size) = cg.dq;
     g.dk.middleRows(ch.begin, ch.size) = cg.dk;
     g.dv.middleRows(ch.begin, ch.size) = cg.dv;
     g.d_beta.segment(ch.begin, ch.size) = cg.d_beta;
+    if constexpr (gated) g.d_alpha.segment(ch.begin, ch.size) = gate_gradient(fwd.chunks[c].decay, cg.d_decay);
     grad = std::move(cg.d_state);
   }
   g.d_initial_state = grad;
   return g;
+}
+}  // namespace detail
+
+// Chunkwise backward: forward for S_[c] and the WY intermediates, then the reverse scan over
+// chunks carrying G = dL/dS_[c] (G_[N] = dS_L).
+template <class Scalar, class Policy = Faithful>
+Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
+                                     ChunkOptions options = {}) {
+  return detail::reverse_chunk_scan<Gradients<Scalar>>(in, chunkwise<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+                                                       [](const auto&... x) { return chunk_backward<Scalar>(x...); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -584,83 +589,42 @@ Params<Scalar> params_of(const Gradients<Scalar>& g, bool with_initial_state) {
 }
 
 // ---------------------------------------------------------------------------------------
-// [B, H, L, D] batches: each head is an independent sequence. β is stored [B, H, L, 1].
+// [B, H, L, D] batches: each head is an independent sequence. β is stored [B, H, L, 1]. The
+// batched forward, its output and the cotangents are linear attention's.
 
 template <class Scalar>
-struct BatchInputs {
-  Tensor4<Scalar> q, k, v;                       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+struct BatchInputs : BatchSequenceInputs<Scalar, BatchInputs<Scalar>> {
   Tensor4<Scalar> beta;                          // [B, H, L, 1]
   std::optional<Tensor4<Scalar>> initial_state;  // [B, H, DV, DK]
 
-  Inputs<Scalar> head(Index b, Index h) const {
-    Inputs<Scalar> in{q.head(b, h), k.head(b, h), v.head(b, h), beta.head(b, h).col(0), std::nullopt};
-    if (initial_state) in.initial_state = initial_state->head(b, h);
-    return in;
+  std::vector<PerTokenTensor<Scalar>> per_token() const { return {{"beta", &beta}}; }
+  Inputs<Scalar> head(Index b, Index h) const { return this->template head_inputs<Inputs<Scalar>>(b, h, beta); }
+};
+
+using linear_attention::BatchCotangents;
+using linear_attention::BatchForward;
+using linear_attention::batched;
+
+template <class Scalar>
+struct BatchGradients : linear_attention::BatchGradients<Scalar> {
+  Tensor4<Scalar> d_beta;  // [B, H, L, 1]
+
+  template <class BatchIn>
+  static BatchGradients zeros_like(const BatchIn& in) {
+    return {linear_attention::BatchGradients<Scalar>::zeros_like(in), Tensor4<Scalar>(in.q.batch, in.q.heads, in.q.rows, 1)};
   }
-};
-
-template <class Scalar>
-struct BatchForward {
-  Tensor4<Scalar> output;       // [B, H, L, DV]
-  Tensor4<Scalar> final_state;  // [B, H, DV, DK]
-};
-
-// Applies a single-sequence forward form (token_recurrence, chunkwise with its chunk size
-// bound, …) to every head.
-template <class Scalar, class BatchIn, class Form>
-BatchForward<Scalar> batched(const BatchIn& in, Form&& form) {
-  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
-  require(in.k.batch == B && in.k.heads == H && in.k.rows == L && in.k.cols == DK, "k must be [B, H, L, DK] like q");
-  require(in.v.batch == B && in.v.heads == H && in.v.rows == L, "v must be [B, H, L, DV]");
-  require(in.beta.batch == B && in.beta.heads == H && in.beta.rows == L && in.beta.cols == 1, "beta must be [B, H, L, 1]");
-  BatchForward<Scalar> out{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
-    const auto r = form(in.head(b, h));
-    out.output.set_head(b, h, r.output);
-    out.final_state.set_head(b, h, r.final_state);
-  });
-  return out;
-}
-template <class Scalar, class Form>
-BatchForward<Scalar> batched(const BatchInputs<Scalar>& in, Form&& form) {
-  return batched<Scalar, BatchInputs<Scalar>>(in, std::forward<Form>(form));
-}
-
-template <class Scalar>
-struct BatchCotangents {
-  Tensor4<Scalar> d_output;                      // [B, H, L, DV]
-  std::optional<Tensor4<Scalar>> d_final_state;  // [B, H, DV, DK]
-
-  Cotangents<Scalar> head(Index b, Index h) const {
-    Cotangents<Scalar> cot{d_output.head(b, h), std::nullopt};
-    if (d_final_state) cot.d_final_state = d_final_state->head(b, h);
-    return cot;
+  template <class HeadGradients>
+  void set_head(Index b, Index h, const HeadGradients& g) {
+    linear_attention::BatchGradients<Scalar>::set_head(b, h, g);
+    d_beta.set_head(b, h, g.d_beta);
   }
-};
-
-template <class Scalar>
-struct BatchGradients {
-  Tensor4<Scalar> dq, dk, dv;       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
-  Tensor4<Scalar> d_beta;           // [B, H, L, 1]
-  Tensor4<Scalar> d_initial_state;  // [B, H, DV, DK]
 };
 
 // Applies a single-sequence backward path to every head.
 template <class Scalar, class Backward>
 BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const BatchCotangents<Scalar>& cot,
                                         Backward&& backward) {
-  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
-  BatchGradients<Scalar> out{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
-                             Tensor4<Scalar>(B, H, L, 1), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
-    const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
-    out.dq.set_head(b, h, g.dq);
-    out.dk.set_head(b, h, g.dk);
-    out.dv.set_head(b, h, g.dv);
-    out.d_beta.set_head(b, h, g.d_beta);
-    out.d_initial_state.set_head(b, h, g.d_initial_state);
-  });
-  return out;
+  return linear_attention::backward_every_head(BatchGradients<Scalar>::zeros_like(in), in, cot, backward);
 }
 
 }  // namespace deltaproof::ref::delta_rule

@@ -48,19 +48,7 @@ struct Dual {
 
 namespace Eigen {
 template <class Scalar>
-struct NumTraits<deltaproof::ref::Dual<Scalar>> : GenericNumTraits<deltaproof::ref::Dual<Scalar>> {
-  using Real = deltaproof::ref::Dual<Scalar>;
-  using NonInteger = Real;
-  using Nested = Real;
-  using Literal = Real;
-  enum {
-    IsComplex = 0,
-    IsInteger = 0,
-    IsSigned = 1,
-    RequireInitialization = 1,
-    ReadCost = 2 * NumTraits<Scalar>::ReadCost,
-    AddCost = 2 * NumTraits<Scalar>::AddCost,
-    MulCost = 3 * NumTraits<Scalar>::MulCost,
-  };
-};
+struct NumTraits<deltaproof::ref::Dual<Scalar>>
+    : deltaproof::ref::OwnScalarTraits<deltaproof::ref::Dual<Scalar>, 2 * NumTraits<Scalar>::ReadCost,
+                                       2 * NumTraits<Scalar>::AddCost, 3 * NumTraits<Scalar>::MulCost> {};
 }  // namespace Eigen

@@ -35,49 +35,24 @@ using delta_rule::tree_prefix_scan;
 using delta_rule::TriangularSolve;
 using delta_rule::WY;
 
-namespace detail {
-template <class In>
-void validate_common(const In& in, Index gate_size, const char* gate_name) {
-  require(in.k.rows() == in.q.rows() && in.v.rows() == in.q.rows(), "q, k, v must have the same length L");
-  require(in.k.cols() == in.q.cols(), "q and k must have the same key dim DK");
-  require(in.beta.size() == in.q.rows(), "beta must have one entry per token (length L)");
-  require(gate_size == in.q.rows(), std::string(gate_name) + " must have one entry per token (length L)");
-  require(!in.initial_state || (in.initial_state->rows() == in.v.cols() && in.initial_state->cols() == in.q.cols()),
-          "initial_state must be (DV, DK)");
-}
-}  // namespace detail
-
+// q, k, v (sequence_inputs.hpp), β, the gates α and S_0.
 template <class Scalar>
-struct Inputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct Inputs : SequenceInputs<Scalar, Inputs<Scalar>> {
   Vector<Scalar> beta;                          // (L)
   Vector<Scalar> alpha;                         // (L), the gates α_t
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DK); absent means S_0 = 0
 
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
-  Matrix<Scalar> initial_state_or_zero() const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
-  }
-  void validate() const { detail::validate_common(*this, alpha.size(), "alpha"); }
+  std::vector<PerToken> per_token() const { return {{"beta", beta.size()}, {"alpha", alpha.size()}}; }
 };
 
 // The kernels' parametrization: g_t = ln α_t (float, double, High only).
 template <class Scalar>
-struct LogGateInputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct LogGateInputs : SequenceInputs<Scalar, LogGateInputs<Scalar>> {
   Vector<Scalar> beta;                          // (L)
   Vector<Scalar> log_gate;                      // (L), g_t = ln α_t
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DK)
 
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
-  Matrix<Scalar> initial_state_or_zero() const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
-  }
-  void validate() const { detail::validate_common(*this, log_gate.size(), "log_gate"); }
+  std::vector<PerToken> per_token() const { return {{"beta", beta.size()}, {"log_gate", log_gate.size()}}; }
 };
 
 using delta_rule::Forward;
@@ -294,9 +269,7 @@ ChunkwiseForward<Scalar> chunkwise_with_decay(const In& in, Index chunk_size, Ch
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();  // (DV, DK)
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     const Vector<Scalar> beta = in.beta.segment(c.begin, c.size);
     out.boundary_states.push_back(state);
     ChunkIntermediates<Scalar> x;
@@ -490,78 +463,34 @@ Vector<Scalar> log_gate_gradient_from_decay(const Matrix<Scalar>& decay, const M
   return d_log_gate;
 }
 
-namespace detail {
-template <class Scalar, class In, class GateGradient>
-Gradients<Scalar> chunkwise_backward_with(const In& in, const ChunkwiseForward<Scalar>& fwd, const Cotangents<Scalar>& cot,
-                                          Index chunk_size, GateGradient&& gate_gradient) {
-  const std::vector<Chunk> chunks = chunks_of(in.length(), chunk_size);
-  Gradients<Scalar> g;
-  g.dq.resize(in.length(), in.key_dim());
-  g.dk.resize(in.length(), in.key_dim());
-  g.dv.resize(in.length(), in.value_dim());
-  g.d_beta.resize(in.length());
-  g.d_alpha.resize(in.length());
-  Matrix<Scalar> grad = final_state_cotangent(cot, in.value_dim(), in.key_dim());
-  for (Index c = static_cast<Index>(chunks.size()) - 1; c >= 0; --c) {
-    const Chunk& ch = chunks[c];
-    const Vector<Scalar> beta = in.beta.segment(ch.begin, ch.size);
-    ChunkGradients<Scalar> cg = chunk_backward<Scalar>(
-        in.q.middleRows(ch.begin, ch.size), in.k.middleRows(ch.begin, ch.size), in.v.middleRows(ch.begin, ch.size),
-        beta, fwd.chunks[c], fwd.boundary_states[c], cot.d_output.middleRows(ch.begin, ch.size), grad);
-    g.dq.middleRows(ch.begin, ch.size) = cg.dq;
-    g.dk.middleRows(ch.begin, ch.size) = cg.dk;
-    g.dv.middleRows(ch.begin, ch.size) = cg.dv;
-    g.d_beta.segment(ch.begin, ch.size) = cg.d_beta;
-    g.d_alpha.segment(ch.begin, ch.size) = gate_gradient(fwd.chunks[c].decay, cg.d_decay);
-    grad = std::move(cg.d_state);
-  }
-  g.d_initial_state = grad;
-  return g;
-}
-}  // namespace detail
-
-// Chunkwise backward through the WY form: d_alpha holds dL/dα.
+// Chunkwise backward through the WY form (delta_rule's reverse scan over chunks, this family's
+// chunk_backward): d_alpha holds dL/dα.
 template <class Scalar, class Policy = Faithful>
 Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<Scalar>& cot, Index chunk_size,
                                      ChunkOptions options = {}) {
-  const auto fwd = chunkwise<Scalar, Policy>(in, chunk_size, options);
-  return detail::chunkwise_backward_with(in, fwd, cot, chunk_size, [](const Matrix<Scalar>& decay, const Matrix<Scalar>& dd) {
-    return gate_gradient_from_decay<Scalar>(decay, dd);
-  });
+  return delta_rule::detail::reverse_chunk_scan<Gradients<Scalar>>(
+      in, chunkwise<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+      [](const auto&... x) { return chunk_backward<Scalar>(x...); }, gate_gradient_from_decay<Scalar>);
 }
 
 // The log-gate path's backward: d_alpha holds dL/dg.
 template <class Scalar, class Policy = Faithful>
 Gradients<Scalar> chunkwise_log_gate_backward(const LogGateInputs<Scalar>& in, const Cotangents<Scalar>& cot,
                                               Index chunk_size, ChunkOptions options = {}) {
-  const auto fwd = chunkwise_log_gate<Scalar, Policy>(in, chunk_size, options);
-  return detail::chunkwise_backward_with(in, fwd, cot, chunk_size, [](const Matrix<Scalar>& decay, const Matrix<Scalar>& dd) {
-    return log_gate_gradient_from_decay<Scalar>(decay, dd);
-  });
+  return delta_rule::detail::reverse_chunk_scan<Gradients<Scalar>>(
+      in, chunkwise_log_gate<Scalar, Policy>(in, chunk_size, options), cot, chunk_size,
+      [](const auto&... x) { return chunk_backward<Scalar>(x...); }, log_gate_gradient_from_decay<Scalar>);
 }
 
 // ---------------------------------------------------------------------------------------
 // The additive case with a scalar gate:  S_t = α_t S_{t-1} + v_t k_tᵀ,  o_t = S_t q_t.
 
 template <class Scalar>
-struct ScalarGateInputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct ScalarGateInputs : SequenceInputs<Scalar, ScalarGateInputs<Scalar>> {
   Vector<Scalar> alpha;                         // (L)
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DK)
 
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
-  Matrix<Scalar> initial_state_or_zero() const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
-  }
-  void validate() const {
-    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
-    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
-    require(alpha.size() == q.rows(), "alpha must have one entry per token (length L)");
-    require(!initial_state || (initial_state->rows() == v.cols() && initial_state->cols() == q.cols()),
-            "initial_state must be (DV, DK)");
-  }
+  std::vector<PerToken> per_token() const { return {{"alpha", alpha.size()}}; }
 };
 
 // S_t = α_t S_{t-1} + v_t k_tᵀ
@@ -587,9 +516,7 @@ delta_rule::ChunkwiseForward<Scalar> additive_chunkwise(const ScalarGateInputs<S
   out.output = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   Matrix<Scalar> state = in.initial_state_or_zero();
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
-    const auto q = in.q.middleRows(c.begin, c.size);
-    const auto k = in.k.middleRows(c.begin, c.size);
-    const auto v = in.v.middleRows(c.begin, c.size);
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     out.boundary_states.push_back(state);
     const Matrix<Scalar> decay = decay_from_gates<Scalar>(in.alpha.segment(c.begin, c.size));
     const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(token_decay(decay));
@@ -641,52 +568,35 @@ Params<Scalar> params_of(const Gradients<Scalar>& g, bool with_initial_state) {
 // [B, H, L, D] batches. β and α are stored [B, H, L, 1].
 
 template <class Scalar>
-struct BatchInputs {
-  Tensor4<Scalar> q, k, v;                       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+struct BatchInputs : BatchSequenceInputs<Scalar, BatchInputs<Scalar>> {
   Tensor4<Scalar> beta, alpha;                   // [B, H, L, 1]
   std::optional<Tensor4<Scalar>> initial_state;  // [B, H, DV, DK]
 
-  Inputs<Scalar> head(Index b, Index h) const {
-    Inputs<Scalar> in{q.head(b, h), k.head(b, h), v.head(b, h), beta.head(b, h).col(0), alpha.head(b, h).col(0),
-                      std::nullopt};
-    if (initial_state) in.initial_state = initial_state->head(b, h);
-    return in;
-  }
+  std::vector<PerTokenTensor<Scalar>> per_token() const { return {{"beta", &beta}, {"alpha", &alpha}}; }
+  Inputs<Scalar> head(Index b, Index h) const { return this->template head_inputs<Inputs<Scalar>>(b, h, beta, alpha); }
 };
 
 using delta_rule::BatchCotangents;
 using delta_rule::BatchForward;
-
-template <class Scalar, class Form>
-BatchForward<Scalar> batched(const BatchInputs<Scalar>& in, Form&& form) {
-  require(in.alpha.batch == in.q.batch && in.alpha.heads == in.q.heads && in.alpha.rows == in.q.rows &&
-              in.alpha.cols == 1,
-          "alpha must be [B, H, L, 1]");
-  return delta_rule::batched<Scalar, BatchInputs<Scalar>>(in, std::forward<Form>(form));
-}
+using delta_rule::batched;
 
 template <class Scalar>
 struct BatchGradients : delta_rule::BatchGradients<Scalar> {
   Tensor4<Scalar> d_alpha;  // [B, H, L, 1]
+
+  static BatchGradients zeros_like(const BatchInputs<Scalar>& in) {
+    return {delta_rule::BatchGradients<Scalar>::zeros_like(in), Tensor4<Scalar>(in.q.batch, in.q.heads, in.q.rows, 1)};
+  }
+  void set_head(Index b, Index h, const Gradients<Scalar>& g) {
+    delta_rule::BatchGradients<Scalar>::set_head(b, h, g);
+    d_alpha.set_head(b, h, g.d_alpha);
+  }
 };
 
 template <class Scalar, class Backward>
 BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const BatchCotangents<Scalar>& cot,
                                         Backward&& backward) {
-  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
-  BatchGradients<Scalar> out{{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
-                              Tensor4<Scalar>(B, H, L, 1), Tensor4<Scalar>(B, H, DV, DK)},
-                             Tensor4<Scalar>(B, H, L, 1)};
-  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
-    const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
-    out.dq.set_head(b, h, g.dq);
-    out.dk.set_head(b, h, g.dk);
-    out.dv.set_head(b, h, g.dv);
-    out.d_beta.set_head(b, h, g.d_beta);
-    out.d_alpha.set_head(b, h, g.d_alpha);
-    out.d_initial_state.set_head(b, h, g.d_initial_state);
-  });
-  return out;
+  return linear_attention::backward_every_head(BatchGradients<Scalar>::zeros_like(in), in, cot, backward);
 }
 
 }  // namespace deltaproof::ref::gated_delta_rule

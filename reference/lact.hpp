@@ -14,6 +14,7 @@
 #include "reference/chunking.hpp"
 #include "reference/dual.hpp"
 #include "reference/scalar.hpp"
+#include "reference/sequence_inputs.hpp"
 
 #include <cmath>
 #include <optional>
@@ -212,19 +213,17 @@ Vector<Scalar> row_norms(const Matrix<Scalar>& w) {
 
 // ---------------------------------------------------------------------------------------
 
+// q, k, v (sequence_inputs.hpp), η and the fast weights' W_[0] (in place of a state S_0).
 template <class Scalar>
-struct Inputs {
-  Matrix<Scalar> q, k, v;          // (L, DK), (L, DK), (L, DV)
-  Vector<Scalar> learning_rate;    // (L): η_i
-  Weights<Scalar> initial_weights; // W_[0]
+struct Inputs : SequenceInputs<Scalar, Inputs<Scalar>> {
+  Vector<Scalar> learning_rate;     // (L): η_i
+  Weights<Scalar> initial_weights;  // W_[0]
 
-  Index length() const { return q.rows(); }
+  std::vector<PerToken> per_token() const { return {{"learning_rate", learning_rate.size()}}; }
   template <class FastWeight>
   void validate() const {
-    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
-    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
-    require(learning_rate.size() == q.rows(), "learning_rate must have one entry per token (L)");
-    FastWeight::validate(initial_weights, q.cols(), v.cols());
+    this->validate_tokens();
+    FastWeight::validate(initial_weights, this->key_dim(), this->value_dim());
   }
 };
 

@@ -12,29 +12,17 @@
 #include "reference/exact_recurrence.hpp"
 #include "reference/gradcheck.hpp"
 #include "reference/scalar.hpp"
+#include "reference/sequence_inputs.hpp"
 
 #include <optional>
 #include <vector>
 
 namespace deltaproof::ref::linear_attention {
 
+// q, k, v (sequence_inputs.hpp) and S_0.
 template <class Scalar>
-struct Inputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct Inputs : SequenceInputs<Scalar, Inputs<Scalar>> {
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DK); absent means S_0 = 0
-
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
-  Matrix<Scalar> initial_state_or_zero() const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), key_dim());
-  }
-  void validate() const {
-    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
-    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
-    require(!initial_state || (initial_state->rows() == v.cols() && initial_state->cols() == q.cols()),
-            "initial_state must be (DV, DK)");
-  }
 };
 
 template <class Scalar>
@@ -123,9 +111,7 @@ ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size) {
                                                      : Matrix<Scalar>::Zero(in.value_dim(), in.key_dim());
   for (const Chunk& c : chunks_of(in.length(), chunk_size)) {
     if (!Policy::keeps_chunk(c, chunk_size)) continue;
-    const auto q = in.q.middleRows(c.begin, c.size);  // (C, DK)
-    const auto k = in.k.middleRows(c.begin, c.size);  // (C, DK)
-    const auto v = in.v.middleRows(c.begin, c.size);  // (C, DV)
+    const auto [q, k, v] = in.rows(c);  // (C, DK), (C, DK), (C, DV)
     out.boundary_states.push_back(state);
     const Matrix<Scalar> scores = (q * k.transpose()).cwiseProduct(chunk_mask<Scalar, Policy>(c.size));  // (C, C)
     out.output.middleRows(c.begin, c.size) = q * state.transpose() + scores * v;                      // (C, DV)
@@ -213,9 +199,7 @@ Gradients<Scalar> chunkwise_backward(const Inputs<Scalar>& in, const Cotangents<
   g.dv = Matrix<Scalar>::Zero(in.length(), in.value_dim());
   for (Index c = 0; c < n; ++c) {
     const Chunk& ch = chunks[c];
-    const auto q = in.q.middleRows(ch.begin, ch.size);               // (C, DK)
-    const auto k = in.k.middleRows(ch.begin, ch.size);               // (C, DK)
-    const auto v = in.v.middleRows(ch.begin, ch.size);               // (C, DV)
+    const auto [q, k, v] = in.rows(ch);                              // (C, DK), (C, DK), (C, DV)
     const auto d_out = cot.d_output.middleRows(ch.begin, ch.size);   // (C, DV)
     const Matrix<Scalar> mask = chunk_mask<Scalar, Policy>(ch.size);  // (C, C)
     const Matrix<Scalar> d_scores = (d_out * v.transpose()).cwiseProduct(mask);  // E, (C, C)
@@ -340,40 +324,35 @@ Gradients<Scalar> backward_magnitude(const Inputs<Scalar>& in, const Cotangents<
 }
 
 // ---------------------------------------------------------------------------------------
-// [B, H, L, D] batches: each head is an independent sequence.
+// [B, H, L, D] batches: each head is an independent sequence. The batched forms serve DeltaNet
+// and Gated DeltaNet too: their BatchInputs give their heads' Inputs, their BatchGradients add β, α.
 
 template <class Scalar>
-struct BatchInputs {
-  Tensor4<Scalar> q, k, v;                       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+struct BatchInputs : BatchSequenceInputs<Scalar, BatchInputs<Scalar>> {
   std::optional<Tensor4<Scalar>> initial_state;  // [B, H, DV, DK]
 
-  Inputs<Scalar> head(Index b, Index h) const {
-    Inputs<Scalar> in{q.head(b, h), k.head(b, h), v.head(b, h), std::nullopt};
-    if (initial_state) in.initial_state = initial_state->head(b, h);
-    return in;
-  }
+  Inputs<Scalar> head(Index b, Index h) const { return this->template head_inputs<Inputs<Scalar>>(b, h); }
 };
 
 template <class Scalar>
 struct BatchForward {
   Tensor4<Scalar> output;       // [B, H, L, DV]
   Tensor4<Scalar> final_state;  // [B, H, DV, DK]
+
+  void set_head(Index b, Index h, const Forward<Scalar>& f) {
+    output.set_head(b, h, f.output);
+    final_state.set_head(b, h, f.final_state);
+  }
 };
 
 // Applies a single-sequence forward form (parallel_masked, token_recurrence, or chunkwise with
-// its chunk size bound) to every head.
-template <class Scalar, class Form>
-BatchForward<Scalar> batched(const BatchInputs<Scalar>& in, Form&& form) {
+// its chunk size bound) to every head of a batch of any family.
+template <class Scalar, template <class> class BatchIn, class Form>
+BatchForward<Scalar> batched(const BatchIn<Scalar>& in, Form&& form) {
+  in.validate();
   const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
-  require(in.k.batch == B && in.k.heads == H && in.k.rows == L && in.k.cols == DK, "k must be [B, H, L, DK] like q");
-  require(in.v.batch == B && in.v.heads == H && in.v.rows == L, "v must be [B, H, L, DV]");
-  BatchForward<Scalar> out{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
-    const auto r = form(in.head(b, h));
-    out.output.set_head(b, h, r.output);
-    out.final_state.set_head(b, h, r.final_state);
-  });
-  return out;
+  BatchForward<Scalar> zero{Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
+  return for_every_head(std::move(zero), in, [&](Index b, Index h) { return form(in.head(b, h)); });
 }
 
 template <class Scalar>
@@ -381,6 +360,13 @@ struct BatchCotangents {
   Tensor4<Scalar> d_output;                      // [B, H, L, DV]
   std::optional<Tensor4<Scalar>> d_final_state;  // [B, H, DV, DK]
 
+  // dO shaped like the batch's output, dS_L like its final state.
+  template <class BatchIn>
+  void validate(const BatchIn& in) const {
+    const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
+    require(has_shape(d_output, B, H, L, DV), "d_output must be [B, H, L, DV]");
+    require(!d_final_state || has_shape(*d_final_state, B, H, DV, DK), "d_final_state must be [B, H, DV, DK]");
+  }
   Cotangents<Scalar> head(Index b, Index h) const {
     Cotangents<Scalar> cot{d_output.head(b, h), std::nullopt};
     if (d_final_state) cot.d_final_state = d_final_state->head(b, h);
@@ -390,25 +376,38 @@ struct BatchCotangents {
 
 template <class Scalar>
 struct BatchGradients {
-  Tensor4<Scalar> dq, dk, dv;      // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
+  Tensor4<Scalar> dq, dk, dv;       // [B, H, L, DK], [B, H, L, DK], [B, H, L, DV]
   Tensor4<Scalar> d_initial_state;  // [B, H, DV, DK]
+
+  // Zeros shaped like the batch's q, k, v and state (dS_0 also when S_0 is absent).
+  template <class BatchIn>
+  static BatchGradients zeros_like(const BatchIn& in) {
+    const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
+    return {Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DV),
+            Tensor4<Scalar>(B, H, DV, DK)};
+  }
+  template <class HeadGradients>
+  void set_head(Index b, Index h, const HeadGradients& g) {
+    dq.set_head(b, h, g.dq);
+    dk.set_head(b, h, g.dk);
+    dv.set_head(b, h, g.dv);
+    d_initial_state.set_head(b, h, g.d_initial_state);
+  }
 };
 
-// Applies a single-sequence backward path to every head.
+// Applies a single-sequence backward path to every head of a batch of any family, into `zero`
+// (that family's BatchGradients::zeros_like(in)).
+template <class BatchGrads, class BatchIn, class Scalar, class Backward>
+BatchGrads backward_every_head(BatchGrads zero, const BatchIn& in, const BatchCotangents<Scalar>& cot, Backward&& backward) {
+  in.validate();
+  cot.validate(in);
+  return for_every_head(std::move(zero), in, [&](Index b, Index h) { return backward(in.head(b, h), cot.head(b, h)); });
+}
+
 template <class Scalar, class Backward>
 BatchGradients<Scalar> batched_backward(const BatchInputs<Scalar>& in, const BatchCotangents<Scalar>& cot,
                                         Backward&& backward) {
-  const Index B = in.q.batch, H = in.q.heads, L = in.q.rows, DK = in.q.cols, DV = in.v.cols;
-  BatchGradients<Scalar> out{Tensor4<Scalar>(B, H, L, DK), Tensor4<Scalar>(B, H, L, DK),
-                             Tensor4<Scalar>(B, H, L, DV), Tensor4<Scalar>(B, H, DV, DK)};
-  for_each_head_in_parallel(B, H, [&](Index b, Index h) {
-    const Gradients<Scalar> g = backward(in.head(b, h), cot.head(b, h));
-    out.dq.set_head(b, h, g.dq);
-    out.dk.set_head(b, h, g.dk);
-    out.dv.set_head(b, h, g.dv);
-    out.d_initial_state.set_head(b, h, g.d_initial_state);
-  });
-  return out;
+  return backward_every_head(BatchGradients<Scalar>::zeros_like(in), in, cot, backward);
 }
 
 }  // namespace deltaproof::ref::linear_attention

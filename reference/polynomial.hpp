@@ -96,11 +96,5 @@ class Polynomial {
 
 namespace Eigen {
 template <>
-struct NumTraits<deltaproof::ref::Polynomial> : GenericNumTraits<deltaproof::ref::Polynomial> {
-  using Real = deltaproof::ref::Polynomial;
-  using NonInteger = Real;
-  using Nested = Real;
-  using Literal = Real;
-  enum { IsComplex = 0, IsInteger = 0, IsSigned = 1, RequireInitialization = 1, ReadCost = 8, AddCost = 64, MulCost = 256 };
-};
+struct NumTraits<deltaproof::ref::Polynomial> : deltaproof::ref::OwnScalarTraits<deltaproof::ref::Polynomial, 8, 64, 256> {};
 }  // namespace Eigen

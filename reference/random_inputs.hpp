@@ -31,8 +31,6 @@ class RandomDyadic {
     return Scalar(pick(engine_)) / Scalar(denominator);
   }
 
-  std::mt19937_64& engine() { return engine_; }
-
  private:
   std::mt19937_64 engine_;
 };

@@ -49,6 +49,18 @@ using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>;
 template <class Scalar>
 using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
+// Eigen's NumTraits for the oracle's own scalar types (Dual, Polynomial, and the proofs' Degree
+// and LogOr): real, signed, not an integer, needing initialization; only the costs that steer
+// Eigen's unrolling differ. Specialize as NumTraits<T> : OwnScalarTraits<T, read, add, mul> {}.
+template <class T, int Read, int Add, int Mul>
+struct OwnScalarTraits : Eigen::GenericNumTraits<T> {
+  using Real = T;
+  using NonInteger = T;
+  using Nested = T;
+  using Literal = T;
+  enum { IsComplex = 0, IsInteger = 0, IsSigned = 1, RequireInitialization = 1, ReadCost = Read, AddCost = Add, MulCost = Mul };
+};
+
 template <class T>
 inline constexpr bool is_exact_v = std::is_same_v<T, Exact>;
 template <class T>

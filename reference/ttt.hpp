@@ -17,6 +17,7 @@
 #include "reference/high_agreement.hpp"
 #include "reference/linear_attention.hpp"
 #include "reference/scalar.hpp"
+#include "reference/sequence_inputs.hpp"
 
 #include <boost/math/constants/constants.hpp>
 
@@ -108,24 +109,19 @@ struct QuadraticFeatures {
 
 // ---------------------------------------------------------------------------------------
 
+// q, k, v (sequence_inputs.hpp), η and W_0; the state is (DV, DF), so initial_state_or_zero and
+// validate take the feature dim DF.
 template <class Scalar>
-struct Inputs {
-  Matrix<Scalar> q, k, v;                       // (L, DK), (L, DK), (L, DV)
+struct Inputs : SequenceInputs<Scalar, Inputs<Scalar>> {
   Vector<Scalar> learning_rate;                 // (L): η_t, DeltaNet's β_t
   std::optional<Matrix<Scalar>> initial_state;  // (DV, DF): W_0; absent means 0
 
-  Index length() const { return q.rows(); }
-  Index key_dim() const { return q.cols(); }
-  Index value_dim() const { return v.cols(); }
+  std::vector<PerToken> per_token() const { return {{"learning_rate", learning_rate.size()}}; }
   Matrix<Scalar> initial_state_or_zero(Index feature_dim) const {
-    return initial_state ? *initial_state : Matrix<Scalar>::Zero(value_dim(), feature_dim);
+    return SequenceInputs<Scalar, Inputs>::initial_state_or_zero(feature_dim);
   }
   void validate(Index feature_dim) const {
-    require(k.rows() == q.rows() && v.rows() == q.rows(), "q, k, v must have the same length L");
-    require(k.cols() == q.cols(), "q and k must have the same key dim DK");
-    require(learning_rate.size() == q.rows(), "learning_rate must have one entry per token (L)");
-    require(!initial_state || (initial_state->rows() == v.cols() && initial_state->cols() == feature_dim),
-            "initial_state must be (DV, DF) with DF the feature dim");
+    SequenceInputs<Scalar, Inputs>::validate(feature_dim, "(DV, DF) with DF the feature dim");
   }
 };
 
@@ -446,9 +442,7 @@ MlpForward<Scalar> mlp_minibatch_dual(const Inputs<Scalar>& in, const MlpWeights
   MlpForward<Scalar> out;
   out.output.resize(in.length(), in.value_dim());
   for (const Chunk& batch : chunks_of(in.length(), batch_size)) {
-    const auto q = in.q.middleRows(batch.begin, batch.size);  // (b, DK)
-    const auto k = in.k.middleRows(batch.begin, batch.size);  // (b, DK)
-    const auto v = in.v.middleRows(batch.begin, batch.size);  // (b, DV)
+    const auto [q, k, v] = in.rows(batch);  // (b, DK), (b, DK), (b, DV)
     const Matrix<Scalar> eta = in.learning_rate.segment(batch.begin, batch.size).asDiagonal();  // (b, b)
     const Matrix<Scalar> mask = causal_mask<Scalar>(batch.size);                                 // (b, b)
     const Matrix<Scalar> z1 = k * w.w1.transpose();                                              // (b, DH)

@@ -97,7 +97,7 @@ int verify_lact(const CaseOptions& o) {
 
   ComparisonTable linear("linear fast weight, additive update = masked linear attention (exact over Q)");
   for (lact::Schedule s : schedules)
-    for (const Exact mu : {Exact(0), Exact(1) / 2}) {
+    for (const Exact& mu : {Exact(0), Exact(1) / 2}) {
       const lact::Options<Exact> opt{s, C, 0, mu, false, false};
       const auto fwd = lact::forward<Exact, lact::LinearFastWeight>(c.linear, opt);
       const Matrix<Exact> expected = lact::masked_linear_attention<Exact>(

@@ -2,6 +2,7 @@
 #include "reference/linear_attention.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
+#include "tools/gradient_rows.hpp"
 #include "tools/linear_attention_case.hpp"
 #include "tools/progress.hpp"
 #include "tools/report.hpp"
@@ -112,8 +113,7 @@ int verify_linear_attention(const CaseOptions& o) {
 }
 
 // Analytic gradients of one reference form against central differences in High, element by
-// element. An element passes when |fd − analytic| < 10^-digits · max(|analytic|, tensor scale),
-// where the tensor scale (its largest |analytic| entry) stands in for exact zeros.
+// element (tools/gradient_rows.hpp).
 int gradcheck_linear_attention(const CaseOptions& o) {
   const la::Form form = o.form == "parallel" ? la::Form::parallel
                         : o.form == "recurrent" ? la::Form::recurrent : la::Form::chunkwise;
@@ -125,56 +125,21 @@ int gradcheck_linear_attention(const CaseOptions& o) {
   const High step(o.step);
   progress.step("central differences");
   const auto numeric = ref::central_difference_gradient(la::loss_of(form, o.chunk_size, c.cotangents), la::params_of(in), step);
-  const High tolerance = pow(High(10), -o.digits);
-
-  struct Row {
-    std::string tensor;
-    ref::ErrorSummary summary;
-    double worst_relative;
-    bool pass;
-  };
-  std::vector<Row> rows;
-  bool all_pass = true;
-  for (size_t p = 0; p < analytic.size(); ++p) {
-    const Matrix<High>& a = analytic[p].value;
-    const High scale = a.cwiseAbs().maxCoeff();
-    High worst(0);
-    for (Index i = 0; i < a.rows(); ++i)
-      for (Index j = 0; j < a.cols(); ++j) {
-        const High denom = std::max(abs(a(i, j)), scale);
-        if (denom > 0) worst = std::max(worst, High(abs(numeric[p].value(i, j) - a(i, j)) / denom));
-      }
-    const bool pass = worst < tolerance;
-    all_pass = all_pass && pass;
-    rows.push_back({analytic[p].name, ref::compare<High>(analytic[p].name, numeric[p].value, a), ref::to_double(worst), pass});
-  }
-
+  const auto rows = gradient_rows(analytic, numeric, o.digits);
+  const bool pass = all_pass(rows);
   if (o.json) {
     std::cout << "{\"op\": \"linear\", \"impl\": \"reference\", \"form\": " << json_string(o.form) << ", \"L\": " << o.length
               << ", \"C\": " << o.chunk_size << ", \"dk\": " << o.key_dim << ", \"dv\": " << o.value_dim
               << ", \"seed\": " << o.seed << ", \"step\": " << json_string(o.step) << ", \"digits\": " << o.digits
-              << ", \"scalar\": \"high (100 digits)\", \"rows\": [";
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const auto& s = rows[r].summary;
-      std::cout << (r ? ", " : "") << "{\"tensor\": " << json_string(rows[r].tensor)
-                << ", \"max_abs\": " << json_number(s.max_abs) << ", \"max_rel\": " << json_number(rows[r].worst_relative)
-                << ", \"rms\": " << json_number(s.rms_abs) << ", \"worst_index\": [" << s.worst_row << ", "
-                << s.worst_col << "], \"pass\": " << (rows[r].pass ? "true" : "false") << "}";
-    }
-    std::cout << "], \"pass\": " << (all_pass ? "true" : "false") << "}\n";
+              << ", \"scalar\": \"high (100 digits)\", ";
+    print_gradient_rows_json(rows);
+    std::cout << ", \"pass\": " << (pass ? "true" : "false") << "}\n";
   } else {
     print_header("gradcheck", o);
-    std::cout << "form: " << o.form << "; analytic backward vs central differences in High (100 digits), step "
-              << o.step << ", pass below 1e-" << o.digits << " relative\n\n";
-    std::printf("  %-6s %12s %12s %12s  %-12s %s\n", "tensor", "max abs", "max rel", "rms", "worst", "verdict");
-    for (const auto& r : rows) {
-      const std::string worst = "(" + std::to_string(r.summary.worst_row) + ", " + std::to_string(r.summary.worst_col) + ")";
-      std::printf("  %-6s %12.3e %12.3e %12.3e  %-12s %s\n", r.tensor.c_str(), r.summary.max_abs, r.worst_relative,
-                  r.summary.rms_abs, worst.c_str(), r.pass ? "pass" : "FAIL");
-    }
-    std::cout << "\n" << (all_pass ? "gradients agree" : "GRADIENTS DISAGREE") << "\n";
+    print_gradient_rows_table(o, rows);
+    std::cout << "\n" << (pass ? "gradients agree" : "GRADIENTS DISAGREE") << "\n";
   }
-  return all_pass ? 0 : 1;
+  return pass ? 0 : 1;
 }
 
 }  // namespace deltaproof::tools

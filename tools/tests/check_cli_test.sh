@@ -5,14 +5,8 @@
 # One output entry moved well past rounding: exit 1 and that entry is the worst index printed.
 # Bad files: exit 2, one line on stderr naming the file and the tensor, nothing on stdout; NaN and
 # ±Inf in any tensor, input or output, are bad files (named to the entry), never judged.
-set -u
-bin="$1"
+source "$(dirname "$0")/cli_expect.sh"
 python=/usr/bin/python3
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-dir=$(mktemp -d /tmp/deltaproof_check_cli.XXXXXX)
-out="$dir/stdout"
-err="$dir/stderr"
 
 "$python" - "$dir" <<'EOF' || { echo "FAIL: the numpy script did not run"; exit 1; }
 import json, struct, sys
@@ -148,27 +142,6 @@ np.savez(f"{d}/gated_in_beta_inf.npz", q=q, k=k, v=v, beta=beta_inf, g=g)
 np.savez(f"{d}/gated_in_g_minus_inf.npz", q=q, k=k, v=v, beta=beta, g=g_minus_inf)
 EOF
 
-run() {
-  "$bin" "$@" >"$out" 2>"$err"
-  echo $?
-}
-expect_exit() {
-  local code="$1"; shift
-  local got
-  got=$(run "$@")
-  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code: $(head -c 600 "$err") $(head -c 600 "$out")"
-}
-# Exit 2, one line on stderr containing every given fragment (file, tensor, reason), nothing on stdout.
-expect_bad_input() {
-  local fragments="$1"; shift
-  expect_exit 2 "$@"
-  [ ! -s "$out" ] || fail "deltaproof $*: printed to stdout"
-  [ "$(wc -l <"$err")" -eq 1 ] || fail "deltaproof $*: printed $(wc -l <"$err") lines on stderr: $(cat "$err")"
-  local IFS='|'
-  for fragment in $fragments; do
-    grep -qF -- "$fragment" "$err" || fail "deltaproof $*: error does not name '$fragment': $(cat "$err")"
-  done
-}
 # The row of one tensor in the table names this worst index and verdict.
 expect_row() {
   local tensor="$1" index="$2" verdict="$3"
@@ -242,6 +215,4 @@ expect_bad_input "--inputs" check --op linear --outputs "$dir/out.npz"
 expect_bad_input "--layout" check --op linear --layout bthd --inputs "$dir/in.npz" --outputs "$dir/out.npz"
 expect_bad_input "--op" check --op softmax --inputs "$dir/in.npz" --outputs "$dir/out.npz"
 
-rm -rf "$dir"
-[ "$failures" -eq 0 ] && echo "check cli: all checks passed" || echo "check cli: $failures checks failed"
-exit $((failures > 0))
+finish "check cli"

@@ -1,38 +1,18 @@
 #!/usr/bin/env bash
 # Command-line contract of `deltaproof`: exit codes, one-line errors, parseable JSON.
 # Usage: cli_test.sh PATH_TO_DELTAPROOF
-set -u
-bin="$1"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect_exit CODE ARGS...: runs the command, checks its exit code.
-expect_exit() {
-  local code="$1"; shift
-  "$bin" "$@" >/tmp/deltaproof_cli_out.$$ 2>/tmp/deltaproof_cli_err.$$
-  local got=$?
-  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code"
-}
-
-# Bad input: exit 2, exactly one line on stderr naming the flag, nothing on stdout.
-expect_bad_input() {
-  local flag="$1"; shift
-  expect_exit 2 "$@"
-  [ ! -s /tmp/deltaproof_cli_out.$$ ] || fail "deltaproof $* printed to stdout"
-  [ "$(wc -l </tmp/deltaproof_cli_err.$$)" -eq 1 ] || fail "deltaproof $* printed $(wc -l </tmp/deltaproof_cli_err.$$) lines on stderr"
-  grep -q -- "$flag" /tmp/deltaproof_cli_err.$$ || fail "deltaproof $*: error does not name $flag: $(cat /tmp/deltaproof_cli_err.$$)"
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 expect_exit 0 verify
-grep -q "all forms agree" /tmp/deltaproof_cli_out.$$ || fail "verify does not report agreement"
-grep -E "^  output +chunkwise vs parallel +0 +0 " /tmp/deltaproof_cli_out.$$ >/dev/null || fail "verify --scalar exact does not print exact zeros"
+grep -q "all forms agree" "$out" || fail "verify does not report agreement"
+grep -E "^  output +chunkwise vs parallel +0 +0 " "$out" >/dev/null || fail "verify --scalar exact does not print exact zeros"
 expect_exit 0 verify --scalar double --L 33 --C 5
 expect_exit 0 verify --scalar float --L 40 --C 64 --dk 1 --dv 3
 for form in chunk recurrent parallel; do
   expect_exit 0 gradcheck --form "$form" --L 9 --C 4 --dk 3 --dv 2
   expect_exit 0 gradcheck --form "$form" --L 9 --C 4 --dk 3 --dv 2 --json
   /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and len(d["rows"]) == 4' \
-    /tmp/deltaproof_cli_out.$$ || fail "gradcheck --form $form --json is not the expected JSON"
+    "$out" || fail "gradcheck --form $form --json is not the expected JSON"
 done
 # Demanding more digits than High's rounding allows (about 1e-100/h = 1e-80 here) must fail:
 # the verdict is not constant.
@@ -40,11 +20,11 @@ expect_exit 1 gradcheck --L 5 --C 2 --dk 2 --dv 2 --step 1e-20 --digits 90
 
 # Progress on stderr: none for a short command; with DELTAPROOF_PROGRESS_AFTER=0 every step and the total.
 expect_exit 0 verify --L 9 --C 4 --dk 3 --dv 2
-[ ! -s /tmp/deltaproof_cli_err.$$ ] || fail "a short verify printed progress: $(cat /tmp/deltaproof_cli_err.$$)"
+[ ! -s "$err" ] || fail "a short verify printed progress: $(cat "$err")"
 DELTAPROOF_PROGRESS_AFTER=0 expect_exit 0 verify --L 9 --C 4 --dk 3 --dv 2
-grep -q "^deltaproof verify --op linear: \[1/3\] forms in exact (" /tmp/deltaproof_cli_err.$$ || fail "no progress line for step 1: $(cat /tmp/deltaproof_cli_err.$$)"
-grep -q "^deltaproof verify --op linear: done (" /tmp/deltaproof_cli_err.$$ || fail "no progress total: $(cat /tmp/deltaproof_cli_err.$$)"
-grep -q "all forms agree" /tmp/deltaproof_cli_out.$$ || fail "verify with progress does not report agreement on stdout"
+grep -q "^deltaproof verify --op linear: \[1/3\] forms in exact (" "$err" || fail "no progress line for step 1: $(cat "$err")"
+grep -q "^deltaproof verify --op linear: done (" "$err" || fail "no progress total: $(cat "$err")"
+grep -q "all forms agree" "$out" || fail "verify with progress does not report agreement on stdout"
 
 expect_bad_input --L verify --L 0
 expect_bad_input --C verify --C 0
@@ -76,6 +56,4 @@ else
   fi
 fi
 
-rm -f /tmp/deltaproof_cli_out.$$ /tmp/deltaproof_cli_err.$$
-[ "$failures" -eq 0 ] && echo "cli: all checks passed" || echo "cli: $failures checks failed"
-exit $((failures > 0))
+finish "cli"

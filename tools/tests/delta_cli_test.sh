@@ -1,27 +1,7 @@
 #!/usr/bin/env bash
 # Command-line contract of `deltaproof --op delta|gated-delta`: every form agrees, gradients pass,
 # bad gate values exit 2 with one line naming the flag.
-set -u
-bin="$1"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-out=/tmp/deltaproof_delta_cli_out.$$
-err=/tmp/deltaproof_delta_cli_err.$$
-
-expect_exit() {
-  local code="$1"; shift
-  "$bin" "$@" >"$out" 2>"$err"
-  local got=$?
-  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code"
-}
-
-expect_bad_input() {
-  local flag="$1"; shift
-  expect_exit 2 "$@"
-  [ ! -s "$out" ] || fail "deltaproof $* printed to stdout"
-  [ "$(wc -l <"$err")" -eq 1 ] || fail "deltaproof $* printed $(wc -l <"$err") lines on stderr"
-  grep -q -- "$flag" "$err" || fail "deltaproof $*: error does not name $flag: $(cat "$err")"
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 for op in delta gated-delta; do
   expect_exit 0 verify --op "$op" --L 21 --C 8 --dk 5 --dv 3
@@ -64,6 +44,4 @@ for op in delta gated-delta; do
   fi
 done
 
-rm -f "$out" "$err"
-[ "$failures" -eq 0 ] && echo "delta cli: all checks passed" || echo "delta cli: $failures checks failed"
-exit $((failures > 0))
+finish "delta cli"

@@ -1,28 +1,7 @@
 #!/usr/bin/env bash
 # Command-line contract of `deltaproof verify --op ttt|lact` and `deltaproof masks`.
 # Usage: ttt_lact_cli_test.sh PATH_TO_DELTAPROOF
-set -u
-bin="$1"
-out=/tmp/deltaproof_ttt_cli_out.$$
-err=/tmp/deltaproof_ttt_cli_err.$$
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-expect_exit() {
-  local code="$1"; shift
-  "$bin" "$@" >"$out" 2>"$err"
-  local got=$?
-  [ "$got" -eq "$code" ] || fail "deltaproof $* exited $got, expected $code"
-}
-
-# Bad input: exit 2, exactly one line on stderr naming the flag, nothing on stdout.
-expect_bad_input() {
-  local flag="$1"; shift
-  expect_exit 2 "$@"
-  [ ! -s "$out" ] || fail "deltaproof $* printed to stdout"
-  [ "$(wc -l <"$err")" -eq 1 ] || fail "deltaproof $* printed $(wc -l <"$err") lines on stderr"
-  grep -q -- "$flag" "$err" || fail "deltaproof $*: error does not name $flag: $(cat "$err")"
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 expect_exit 0 verify --op ttt --L 13 --C 4 --dk 3 --dv 2
 grep -q "all TTT equivalences hold" "$out" || fail "verify --op ttt does not report agreement"
@@ -50,6 +29,4 @@ expect_bad_input --L masks --L 0
 expect_bad_input --scalar verify --op ttt --scalar double
 expect_bad_input --op gradcheck --op lact
 
-rm -f "$out" "$err"
-[ "$failures" -eq 0 ] && echo "cli ttt/lact: all checks passed" || echo "cli ttt/lact: $failures checks failed"
-exit $((failures > 0))
+finish "cli ttt/lact"
