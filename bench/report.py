@@ -92,7 +92,11 @@ def model_flops(op, pass_, s, C):
     prepare = tokens * (2 * C * DK + 2 * C * DK + 2 * C * DV + C * C / 3)
     # V̄ = U − W S_[c]ᵀ, Q S_[c]ᵀ, S_[c+1] = S_[c] + V̄ᵀ K (2·DK·DV each), Q Kᵀ and (·⊙M) V̄.
     scan = tokens * (2 * C * DK + 2 * C * DV + 6 * DK * DV)
-    return {"forward": prepare + scan, "prepare stage": prepare, "scan stage": scan}.get(pass_)
+    forward = prepare + scan
+    # The backward takes only the inputs: the forward recomputed, then each product's adjoint (two
+    # products of its size, one per operand): 3 × forward, as for linear attention.
+    return {"forward": forward, "backward": 3 * forward, "forward+backward": 4 * forward, "prepare stage": prepare,
+            "scan stage": scan}.get(pass_)
 
 
 def model_bytes(op, pass_, s, C, element=2):
@@ -260,6 +264,8 @@ GPU_FAMILIES = {
     "BM_DeltaRuleWyPrepare": lambda a: (_delta_op(a), "prepare stage", ""),
     "BM_DeltaRuleChunkScan": lambda a: (_delta_op(a), "scan stage", _pipeline_variant(a)),
     "BM_DeltaRuleDecode": lambda a: (_delta_op(a), "decode", ""),
+    "BM_DeltaRuleBackward": lambda a: (_delta_op(a), "backward", ""),
+    "BM_DeltaRuleForwardBackward": lambda a: (_delta_op(a), "forward+backward", ""),
 }
 
 
@@ -434,6 +440,9 @@ def model_section(rep):
          "N·(2·(3DK + 2DV) + 4 [g]): q, k, w, u, g in; o out"],
         ["delta, forward", "prepare + scan = N·(6C·DK + 4C·DV + 6·DK·DV + C²/3)",
          "N·(2·(2DK + 2DV) + 2 + 4 [g]): q, k, v, β, g in; o out"],
+        ["delta, backward", "3 × forward: the forward recomputed from the inputs, then two adjoint products per product",
+         "N·(2·(4DK + 3DV) + 4 + 8 [g]): q, k, v, dO, β, g in; dq, dk, dv, dβ, dg out"],
+        ["delta, forward+backward", "4 × forward", "forward + backward"],
         ["decode (one token)", "B·H·T·c·DK·DV, c = 4 (linear), 6 (delta)",
          "B·H·(8·DK·DV + T·(2·(2DK+2DV) + 2 + 4)): fp32 state in and out, q, k, v, β, g, o"],
     ]))
@@ -551,8 +560,7 @@ def time_vs_chunk_section(rep, measurements, fits):
         fig.suptitle(shape_text(shape) + ", bf16", fontsize=9)
         rep.figure(fig, f"time_vs_chunk_{op}.png", f"{OPS[op]}: time against C")
         if not {"backward", "forward+backward"} & set(passes):
-            reason = "" if op == "linear" else " (cuda/delta_rule.h has forward and decode kernels only)"
-            rep.add(f"Backward: not measured{reason}.\n")
+            rep.add("Backward: not measured in the files given.\n")
         for pass_ in passes:
             chunk_table(rep, op, pass_, groups[(op, pass_)], fits)
     variants = [m for m in chunked if m.variant]

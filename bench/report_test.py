@@ -58,10 +58,20 @@ def test_linear_attention_times_are_the_json_medians(committed_report):
         assert row in text, row
 
 
+def test_delta_rule_times_are_the_json_medians(committed_report):
+    _, text = committed_report
+    path = os.path.join(RESULTS, "delta_rule_cuda_h200.json")
+    for family in ("Forward", "Backward", "ForwardBackward"):
+        for gated in (0, 1):
+            cells = [report.us(median_us(path, f"BM_DeltaRule{family}/C:{c}/gated:{gated}/iterations:1/repeats:60/manual_time"))
+                     for c in (16, 32, 64)]
+            row = "| deltaproof (delta_rule_cuda_h200.json, 2026-12-02) | " + " | ".join(cells) + " |"
+            assert row in text, row
+
+
 def test_transcribed_figures_are_marked(committed_report):
     _, text = committed_report
-    assert "**transcribed** on" in text and "cuda/NOTES_delta.md" in text
-    assert "| deltaproof (delta_rule_cuda_h200_notes.json, 2026-11-29, transcribed) | 1285 | 1072 | 1183 |" in text
+    assert "| `accuracy_h200_notes.json` | accuracy records | 2026-12-01 | — | transcribed;" in text
     # Missing accuracy figures say so instead of being left out.
     assert "| DeltaNet | o | deltaproof | fp16 | not measured | not measured | not measured |" in text
 

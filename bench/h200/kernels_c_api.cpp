@@ -63,6 +63,15 @@ kdr::ForwardParams delta_rule_forward_shape(const char* dtype, int batch, int he
   return p;
 }
 
+kdr::BackwardParams delta_rule_backward_shape(const char* dtype, int batch, int heads, int length, int key_dim,
+                                              int value_dim, int chunk_size) {
+  kdr::BackwardParams p;
+  p.dtype = parse_dtype(dtype), p.batch = batch, p.heads = heads, p.length = length, p.key_dim = key_dim;
+  p.value_dim = value_dim, p.chunk_size = chunk_size;
+  kdr::set_contiguous_strides(p);
+  return p;
+}
+
 }  // namespace
 
 extern "C" {
@@ -133,6 +142,30 @@ int deltaproof_delta_rule_forward(const char* dtype, int batch, int heads, int l
     p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate, p.initial_state = initial_state;
     p.output = output, p.final_state = final_state, p.workspace = workspace;
     kdr::forward(p, as_stream(stream));
+  });
+}
+
+// Bytes of the workspace deltaproof_delta_rule_backward needs for these sizes (into *bytes).
+int deltaproof_delta_rule_backward_workspace_bytes(const char* dtype, int batch, int heads, int length, int key_dim,
+                                                   int value_dim, int chunk_size, std::size_t* bytes) {
+  return guarded([&] { *bytes = kdr::workspace_bytes(delta_rule_backward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size)); });
+}
+
+// DeltaNet (log_gate null) or Gated DeltaNet backward (cuda/delta_rule.h, delta_rule::backward): dq, dk,
+// dv, dβ and, with log_gate, dg (fp32) from dO, an optional dS_L and S_0 (dS_0 where d_initial_state is
+// not null); workspace: deltaproof_delta_rule_backward_workspace_bytes' bytes, 256-byte aligned.
+int deltaproof_delta_rule_backward(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
+                                   int chunk_size, const void* q, const void* k, const void* v, const void* beta,
+                                   const float* log_gate, const void* d_output, void* dq, void* dk, void* dv,
+                                   void* d_beta, float* d_log_gate, const float* initial_state,
+                                   const float* d_final_state, float* d_initial_state, void* workspace, void* stream) {
+  return guarded([&] {
+    kdr::BackwardParams p = delta_rule_backward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size);
+    p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate, p.d_output = d_output;
+    p.dq = dq, p.dk = dk, p.dv = dv, p.d_beta = d_beta, p.d_log_gate = d_log_gate;
+    p.initial_state = initial_state, p.d_final_state = d_final_state, p.d_initial_state = d_initial_state;
+    p.workspace = workspace;
+    kdr::backward(p, as_stream(stream));
   });
 }
 

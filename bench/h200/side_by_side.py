@@ -220,6 +220,11 @@ class Kernels:
             ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
             ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "workspace", "stream"),
             {"q", "k", "v", "beta", "output", "final_state", "workspace"}, True),
+        "deltaproof_delta_rule_backward": (
+            ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
+            ("q", "k", "v", "beta", "log_gate", "d_output", "dq", "dk", "dv", "d_beta", "d_log_gate", "initial_state",
+             "d_final_state", "d_initial_state", "workspace", "stream"),
+            {"q", "k", "v", "beta", "d_output", "dq", "dk", "dv", "d_beta", "workspace"}, True),
         "deltaproof_delta_rule_decode": (
             ("batch", "heads", "tokens", "key_dim", "value_dim"),
             ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "stream"),
@@ -233,14 +238,16 @@ class Kernels:
             function = getattr(self.lib, name)
             function.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * len(int_names) + [ctypes.c_void_p] * len(pointer_names)
             function.restype = ctypes.c_int
-        self.lib.deltaproof_delta_rule_forward_workspace_bytes.argtypes = (
-            [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)])
-        self.lib.deltaproof_delta_rule_forward_workspace_bytes.restype = ctypes.c_int
+        for pass_ in ("forward", "backward"):
+            function = getattr(self.lib, f"deltaproof_delta_rule_{pass_}_workspace_bytes")
+            function.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
+            function.restype = ctypes.c_int
 
-    def delta_rule_forward_workspace_bytes(self, dtype, batch, heads, length, key_dim, value_dim, chunk_size):
+    def delta_rule_workspace_bytes(self, pass_, dtype, batch, heads, length, key_dim, value_dim, chunk_size):
+        """Bytes of workspace deltaproof_delta_rule_<pass_> (forward or backward) needs."""
         size = ctypes.c_size_t()
-        code = self.lib.deltaproof_delta_rule_forward_workspace_bytes(dtype, batch, heads, length, key_dim, value_dim,
-                                                                       chunk_size, ctypes.byref(size))
+        code = getattr(self.lib, f"deltaproof_delta_rule_{pass_}_workspace_bytes")(
+            dtype, batch, heads, length, key_dim, value_dim, chunk_size, ctypes.byref(size))
         if code != 0:
             raise RuntimeError(f"workspace bytes: {self.lib.deltaproof_kernels_last_error().decode()} (code {code})")
         return size.value
@@ -343,14 +350,26 @@ def deltaproof_builder(op, pass_, kernels):
                     out.update(dq=grads[0], dk=grads[1], dv=grads[2])
                 return out
             return run
-        workspace = torch.empty(kernels.delta_rule_forward_workspace_bytes(b"bf16", **sizes, chunk_size=C),
-                                dtype=torch.uint8, device=x["q"].device)  # W and U; torch's allocator aligns to 512
+        def workspace(pass_):  # torch's allocator aligns to 512 bytes
+            return torch.empty(kernels.delta_rule_workspace_bytes(pass_, b"bf16", **sizes, chunk_size=C),
+                               dtype=torch.uint8, device=x["q"].device)
+        forward_workspace = workspace("forward")  # W and U
+        if pass_ == "forward+backward":
+            backward_workspace = workspace("backward")
+            grads = {n: torch.empty_like(x[n]) for n in GRADIENTS[op]}  # dg in g's fp32, the rest bf16
 
         def run():
             kernels("deltaproof_delta_rule_forward", b"bf16", **sizes, chunk_size=C, q=ptr(x["q"]), k=ptr(x["k"]),
                     v=ptr(x["v"]), beta=ptr(x["beta"]), log_gate=ptr(x.get("g")), output=ptr(o), final_state=ptr(ht),
-                    workspace=ptr(workspace), stream=stream)
-            return dict(o=o, ht=ht)
+                    workspace=ptr(forward_workspace), stream=stream)
+            out = dict(o=o, ht=ht)
+            if pass_ == "forward+backward":  # the backward recomputes what it needs from the inputs
+                kernels("deltaproof_delta_rule_backward", b"bf16", **sizes, chunk_size=C, q=ptr(x["q"]), k=ptr(x["k"]),
+                        v=ptr(x["v"]), beta=ptr(x["beta"]), log_gate=ptr(x.get("g")), d_output=ptr(x["do"]),
+                        dq=ptr(grads["q"]), dk=ptr(grads["k"]), dv=ptr(grads["v"]), d_beta=ptr(grads["beta"]),
+                        d_log_gate=ptr(grads.get("g")), workspace=ptr(backward_workspace), stream=stream)
+                out.update({GRADIENT_NAMES[n]: g for n, g in grads.items()})
+            return out
         return run
     return build
 
@@ -466,14 +485,9 @@ def entries(a, kernels):
     cs = a.chunk_sizes
     real = not a.dry_run
 
-    def add(op, pass_, impl, C, kernel, build, stand_in=True):
+    def add(op, pass_, impl, C, kernel, build):
         if op in a.ops and pass_ in a.passes and impl in a.impls:
-            out.append(Entry(op, pass_, impl, C, kernel, build if real or not stand_in else standin_builder(op, pass_)))
-
-    def missing(op, pass_):
-        def build(bk, x, C):
-            raise NotImplementedError(f"deltaproof has no {op} backward kernel")
-        return build
+            out.append(Entry(op, pass_, impl, C, kernel, build if real else standin_builder(op, pass_)))
 
     fla_names = {"linear": "chunk_linear_attn", "delta": "chunk_delta_rule", "gated-delta": "chunk_gated_delta_rule"}
     fla_decode = {"linear": "fused_recurrent_linear_attn", "delta": "fused_recurrent_delta_rule",
@@ -482,12 +496,9 @@ def entries(a, kernels):
                 "gated-delta": "deltaproof_delta_rule (log-gates)"}
     for op in OPS:
         for pass_ in ("forward", "forward+backward"):
-            if op == "linear" or pass_ == "forward":
-                for C in cs:
-                    add(op, pass_, "deltaproof", C, dp_names[op] + ("_forward + _backward" if pass_ != "forward" else "_forward"),
-                        deltaproof_builder(op, pass_, kernels))
-            else:  # recorded, so that the report shows the gap
-                add(op, pass_, "deltaproof", None, "none", missing(op, pass_), stand_in=False)
+            for C in cs:
+                add(op, pass_, "deltaproof", C, dp_names[op] + ("_forward + _backward" if pass_ != "forward" else "_forward"),
+                    deltaproof_builder(op, pass_, kernels))
             add(op, pass_, "fla", FLA_CHUNK, fla_names[op] + (" + autograd backward" if pass_ != "forward" else ""),
                 fla_builder(op, pass_))
             if op == "gated-delta" and pass_ == "forward+backward" and a.lift_hopper_guard:
@@ -610,9 +621,6 @@ def run_all(a, bk, kernels, entry_list, log, write):
                 worst = max((t["ratio"] or 0) for t in rec["check"]["tensors"].values())
                 log(f"== {e.op} {e.pass_} {e.impl}{f' C={e.chunk_size}' if e.chunk_size else ''}: {rec['median_us']:.1f} µs (median of {a.repeats}); "
                     f"oracle check on head {rec['check']['head']}: agrees, worst err/bound {worst:.2g}")
-        except NotImplementedError as ex:
-            rec.update(status="no kernel", error=str(ex))
-            log(f"== {e.op} {e.pass_} {e.impl}: no kernel ({ex})")
         except Exception as ex:  # recorded; the next kernel still runs
             rec.update(status="raised", error=f"{type(ex).__name__}: {ex}", traceback=traceback.format_exc())
             log(f"== {e.op} {e.pass_} {e.impl}{f' C={e.chunk_size}' if e.chunk_size else ''}: raised {type(ex).__name__}: {ex}")
