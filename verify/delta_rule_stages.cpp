@@ -216,7 +216,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
   for (const ref::Chunk& ch : ref::chunks_of(c.length, C)) {
     const Index n = ch.size, cc = ch.index;
     const Matrix<S> qc = q.middleRows(ch.begin, n), kc = k.middleRows(ch.begin, n), vc = v.middleRows(ch.begin, n);
-    const Vector<S> bc = beta.segment(ch.begin, n);
+    const Vector<S> bc = beta.segment(ch.begin, n), bca = bc.cwiseAbs();  // β < 0 is legal: magnitudes take |β|
     const Vector<High> gc = g.segment(ch.begin, n);
     const Matrix<S> decay = decay_matrix<S>(c.gated, gc);
     const Vector<S> gamma = gdr::chunk_gamma(decay), lambda = gdr::decay_to_end(decay);
@@ -229,7 +229,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> a_hat = a_all.middleRows(cc * C, C);
     Matrix<S> a_ref = Matrix<S>::Identity(C, C), a_bound = exact_bound(C, C);
     a_ref.topLeftCorner(n, n) = c.gated ? gdr::wy_system<S>(kc, bc, decay) : dr::wy_system<S>(kc, bc);
-    const Matrix<S> a_mag = dr::scale_rows<S>(bc, (k_abs * k_abs.transpose()).cwiseProduct(d));
+    const Matrix<S> a_mag = dr::scale_rows<S>(bca, (k_abs * k_abs.transpose()).cwiseProduct(d));
     a_bound.topLeftCorner(n, n) = dr::strictly_lower<S>(Matrix<S>(scalar_times(rho(DK + 2, 0, 0, eps_d), a_mag) + floor_of(a_mag)));
     add("A", cc, a_hat, a_ref, a_bound);
 
@@ -268,8 +268,8 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> t_top = t_hat.topLeftCorner(n, n), t_abs = t_top.cwiseAbs();
     const dr::WY<S> wy = c.gated ? gdr::wy_factors<S>(t_top, kc, vc, bc, gamma) : dr::wy_factors<S>(t_top, kc, vc, bc);
     const double r_w = rho(2 * C + 2, 0, 0, un.op * un.op + eps_d), r_u = rho(2 * C + 1, 0, 0, un.op * un.op);
-    const Matrix<S> w_mag = t_abs * dr::scale_rows<S>(Vector<S>(bc.cwiseProduct(gamma)), k_abs);
-    const Matrix<S> u_mag = t_abs * dr::scale_rows<S>(bc, Matrix<S>(vc.cwiseAbs()));
+    const Matrix<S> w_mag = t_abs * dr::scale_rows<S>(Vector<S>(bca.cwiseProduct(gamma)), k_abs);
+    const Matrix<S> u_mag = t_abs * dr::scale_rows<S>(bca, Matrix<S>(vc.cwiseAbs()));
     const Matrix<S> ones_c = Matrix<S>::Ones(n, n);
     const double u_store = pairs ? u_pair : un.out;
     auto stored = [&](const Matrix<S>& ref_value, const Matrix<S>& mag, double r, const Matrix<S>& operand_abs) {
@@ -419,7 +419,7 @@ static void check_decode_head(const DeltaCase& c, const HostInputs& in, const De
                               Index h, std::vector<Comparison>& rep) {
   const Units un = units_of(c.dtype);
   const Matrix<S> q = to<S>(in.q.head(b, h)), k = to<S>(in.k.head(b, h)), v = to<S>(in.v.head(b, h));
-  const Vector<S> beta = to<S>(in.beta.head(b, h)).col(0);
+  const Vector<S> beta = to<S>(in.beta.head(b, h)).col(0), beta_abs = beta.cwiseAbs();
   const Vector<High> g = ref::matrix_cast<High>(in.log_gate.head(b, h)).col(0);
   Matrix<S> state = s_start, mag = s_start.cwiseAbs();
   Matrix<S> o_ref(c.length, c.value_dim), o_bound(c.length, c.value_dim);
@@ -432,7 +432,7 @@ static void check_decode_head(const DeltaCase& c, const HostInputs& in, const De
     const Matrix<S> decayed = state * alpha;
     const Matrix<S> error = v.row(t).transpose() - decayed * kt.transpose();  // (DV, 1)
     state = decayed + error * kt * beta(t);
-    mag = mag * alpha + (v.row(t).transpose().cwiseAbs() + mag * alpha * kt_abs.transpose()) * kt_abs * beta(t);
+    mag = mag * alpha + (v.row(t).transpose().cwiseAbs() + mag * alpha * kt_abs.transpose()) * kt_abs * beta_abs(t);
     depth += c.key_dim + 12 + (c.gated ? 4 : 0);
     o_ref.row(t) = (state * qt.transpose()).transpose();
     o_bound.row(t) = (scalar_times(un.out, Matrix<S>(o_ref.row(t).cwiseAbs())) +
