@@ -125,7 +125,7 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
     expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::chunk_gradients))
-    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), kFastThreads, chunk_gradients_layout(C).bytes, stream,
+    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), chunk_gradients_threads(C), chunk_gradients_layout(C).bytes, stream,
            "chunk_gradients_kernel" + suffix, p, b);
 }
 

@@ -48,8 +48,6 @@ struct FastBuffers {
   float* gate_sum_gradients;  // [B, H, L] dL/dG_i
 };
 
-constexpr int kFastThreads = 256;
-
 // The reverse scan's shared memory: G' as hi + lo, Q, K, W rows, the dO slice, dV̄ rounded.
 struct GradientScanLayout {
   std::size_t g_hi, g_lo, queries, keys, w, d_out, d_v_new, gates, bytes;
@@ -310,7 +308,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
 }
 
 // ---------------------------------------------------------------------------------------
-// Stage 4: the chunk gradients, one block of 8 warps per (chunk, head).
+// Stage 4: the chunk gradients, one block per (chunk, head) (chunk_gradients_warps: 16 warps, 8 at C = 16).
 
 // Fragments from shared memory (ldmatrix.x4): A is 16×16 (rows m0.., k0..); B covers k0..k0+15 × two n8
 // tiles n0.. (regs 0, 1 for n0, 2, 3 for n0 + 8).
@@ -347,6 +345,13 @@ __device__ __forceinline__ void negate(unsigned (&a)[4]) {
 
 constexpr int kStream = 16;  // value rows of S_[c] and G' per streamed tile (one k-step), two tiles in flight
 
+// Warps per chunk-gradient block: 16 where C ≥ 32, so that the one block an SM holds (its shared memory) brings
+// 16 warps, not 8, to hide the latencies (v2 run 3: 12.5 % occupancy); a C × D product's 16 n8 tiles are then
+// split four (C = 64) or eight (C = 32) ways. C = 16 keeps 8: sixteen ways would leave a warp one n8 tile, and
+// the products go in pairs.
+__host__ __device__ constexpr int chunk_gradients_warps(int chunk) { return chunk >= 32 ? 16 : 8; }
+__host__ __device__ constexpr int chunk_gradients_threads(int chunk) { return 32 * chunk_gradients_warps(chunk); }
+
 struct ChunkGradientsLayout {
   std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
   std::size_t stream;                    // [2 buffers][S hi, S lo, G' hi, G' lo][kStream][kTcLd]; then βV, βγK (P3)
@@ -372,7 +377,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
   l.d_t = l.e_out + square;
   l.scalars = l.d_t + square;                        // β, G, γ, λ: 4 × C floats
   l.partials = l.scalars + 4 * chunk * 4;  // row partial sums (see the kernel), floats
-  l.bytes = l.partials + (4 * 8 * 16 + 3 * (chunk / 16) * chunk + kFastThreads) * 4;  // 4 · kParts · C = 512
+  l.bytes = l.partials + (4 * chunk_gradients_warps(chunk) * 16 + 3 * (chunk / 16) * chunk + 16) * 4;  // 4 · kParts · C
   return l;
 }
 
@@ -391,9 +396,10 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 //       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
 // Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
 template <class T, int C>
-__global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
+__global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
+  constexpr int kThreads = chunk_gradients_threads(C), kWarps = kThreads / 32;
   constexpr int kRowBlocks = C / 16;
-  constexpr int kParts = 8 / kRowBlocks;             // warps sharing a row block in C × D products
+  constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
   constexpr int kPitchC = C + 8;
   constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
@@ -419,7 +425,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   float* ekk = part + 4 * kParts * C;      // [C/16][C] row sums of E ⊙ D ⊙ K Kᵀ, by 16-column block
   float* z_row = ekk + kRowBlocks * C;     // [C/16][C] row sums of Z (Z_o in P1, then + Z_2 in P4), by column block
   float* z_col = z_row + kRowBlocks * C;   // [C/16][C] column sums of Z, by row block
-  float* reduce = z_col + kRowBlocks * C;  // [kFastThreads] per-thread <G', S>
+  float* reduce = z_col + kRowBlocks * C;  // [kWarps] per-warp <G', S>
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int chunk = blockIdx.x, head = blockIdx.y, N = gridDim.x;
@@ -441,7 +447,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   // ---- loads: every 16-bit operand by cp.async (zero past n rows and past the width); T (fp32) rounded once.
   // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
   auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
-    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kFastThreads) {
+    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
       const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
       const bool valid = r < rows && c < width;
       copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
@@ -459,19 +465,22 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
     load_rows(tiles + 3 * kStream * kTcLd, packed(b.state_gradients_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
     copy_async_commit();
   };
-  load_rows(q_s, chunk_rows(p.q, p.q_strides), p.q_strides.row, n, C, DK);
-  load_rows(k_s, chunk_rows(p.k, p.k_strides), p.k_strides.row, n, C, DK);
-  load_rows(v_s, chunk_rows(p.v, p.v_strides), p.v_strides.row, n, C, DV);
+  // Three copy groups: what P1 reads (dO, V̄, Q, K), then V and dV̄ (first read in P2), then the first state
+  // tile; P1 waits for the first group only.
   load_rows(do_s, chunk_rows(p.d_output, p.d_output_strides), p.d_output_strides.row, n, C, DV);
   load_rows(vb_hi, packed(b.state_pass.v_hi, token0, DV), DV, n, C, DV);
   load_rows(vb_lo, packed(b.state_pass.v_lo, token0, DV), DV, n, C, DV);
+  load_rows(q_s, chunk_rows(p.q, p.q_strides), p.q_strides.row, n, C, DK);
+  load_rows(k_s, chunk_rows(p.k, p.k_strides), p.k_strides.row, n, C, DK);
+  copy_async_commit();
+  load_rows(v_s, chunk_rows(p.v, p.v_strides), p.v_strides.row, n, C, DV);
   load_rows(dvb_hi, packed(b.d_v_new_hi, token0, DV), DV, n, C, DV);
   load_rows(dvb_lo, packed(b.d_v_new_lo, token0, DV), DV, n, C, DV);
   copy_async_commit();
   load_stream(0, 0);  // the first state tile flies during P1
   {
     const float* t_src = b.wy_inverse + (static_cast<std::size_t>(head) * N + chunk) * C * C;
-    for (int e = tid; e < C * C / 4; e += kFastThreads) {  // 16-byte loads; C × C is a multiple of 4
+    for (int e = tid; e < C * C / 4; e += kThreads) {  // 16-byte loads; C × C is a multiple of 4
       const float4 x = reinterpret_cast<const float4*>(t_src)[e];
       const int r = (4 * e) / C, c = (4 * e) % C;
       *reinterpret_cast<uint2*>(t_s + r * kPitchC + c) = make_uint2(pack_pair<T>(x.x, x.y), pack_pair<T>(x.z, x.w));
@@ -494,10 +503,10 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
       if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
     }
   }
-  copy_async_wait<1>();  // everything but the first state tile
+  copy_async_wait<2>();  // P1's operands (V, dV̄ and the first state tile may still fly: P2's first wait takes them)
   __syncthreads();
   const float last = gsum[n - 1];
-  for (int i = tid; i < C; i += kFastThreads) {  // without gates no expf: every decay is exactly 1
+  for (int i = tid; i < C; i += kThreads) {  // without gates no expf: every decay is exactly 1
     gamma[i] = gated ? expf(gsum[i]) : 1.0f;
     lambda[i] = gated ? expf(last - gsum[i]) : 1.0f;
   }
@@ -506,7 +515,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   const int dv_steps = (DV + 15) / 16, dk_steps = (DK + 15) / 16;
 
   // ---- P1: E_o, and gated the sums of Z_o. Tiles of 16 × 16 on and below the diagonal.
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
     const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
     float acc[2][4] = {}, qk[2][4] = {};
     if (cb <= rb) {
@@ -583,7 +592,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
     const T* s_hi = stream + 4 * buffer * kStream * kTcLd;
     const T *s_lo = s_hi + kStream * kTcLd, *g_hi = s_lo + kStream * kTcLd, *g_lo = g_hi + kStream * kTcLd;
     if (gated)
-      for (int e = tid; e < kStream * (kTcKeys / 2); e += kFastThreads) {
+      for (int e = tid; e < kStream * (kTcKeys / 2); e += kThreads) {
         const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
         const float2 sh = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_hi + at_pair));
         const float2 sl = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_lo + at_pair));
@@ -620,7 +629,11 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
       }
     }
   }
-  reduce[tid] = gs;
+  if (gated) {  // <G', S>: the warp's lanes by butterfly here, the warps in order in P6
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) gs += __shfl_xor_sync(0xffffffffu, gs, m);
+    if (lane == 0) reduce[warp] = gs;
+  }
   __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
 
   // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
@@ -700,7 +713,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
         if (c + 1 < DK) dst[1] = dw[nt][2 * half + 1];
       }
     }
-  for (int e = tid; e < C * (kTcKeys / 2); e += kFastThreads) {  // βV and βγK, each product rounded once
+  for (int e = tid; e < C * (kTcKeys / 2); e += kThreads) {  // βV and βγK, each product rounded once
     const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
     const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_s + r * kTcLd + c));
     const float2 y = unpack_pair<T>(*reinterpret_cast<const unsigned*>(k_s + r * kTcLd + c));
@@ -709,7 +722,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
     *reinterpret_cast<unsigned*>(bgk_s + r * kTcLd + c) = pack_pair<T>(bg * y.x, bg * y.y);
   }
   __syncthreads();
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
     const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
     float acc[2][4] = {};
     for (int kk = 0; kk < dv_steps; ++kk) {
@@ -736,7 +749,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   __syncthreads();
 
   // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
     const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
     float acc[2][4] = {};
     for (int jj = rb; jj < kRowBlocks; ++jj) {
@@ -754,7 +767,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   }
   __syncthreads();
   float* e_out = b.wy_system_adjoint != nullptr ? b.wy_system_adjoint + (static_cast<std::size_t>(head) * N + chunk) * C * C : nullptr;
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += 8) {  // E = strictly_lower(−X Tᵀ)
+  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // E = strictly_lower(−X Tᵀ)
     const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
     float acc[2][4] = {}, kk_acc[2][4] = {};
     if (cb <= rb) {
@@ -907,7 +920,7 @@ __global__ void __launch_bounds__(kFastThreads, 1) chunk_gradients_kernel(Backwa
   if (gated && tid == 0) {
     float total = 0.0f, gs_total = 0.0f;
     for (int i = 0; i < n; ++i) total += dlam[i];
-    for (int e = 0; e < kFastThreads; ++e) gs_total += reduce[e];
+    for (int w = 0; w < kWarps; ++w) gs_total += reduce[w];
     gsum[n - 1] += total + gs_total * gamma[n - 1];
     float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
     float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;

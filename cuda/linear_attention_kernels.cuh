@@ -454,6 +454,18 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
     mma_row(O, a, bl);
   }
   bf16* out = static_cast<bf16*>(out_matrix) + b * out_s.batch + h * out_s.head;
+  if (vec) {  // rows 16-byte aligned, widths multiples of 8: whole 32-byte sectors per instruction
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, c = out_col0 + 8 * n;
+        store_tile_pairs<bf16>(out + token_row(p, t0 + (i < cn ? i : 0)) * out_s.row + c,
+                               pack_pair<bf16>(O[n][2 * half], O[n][2 * half + 1]),
+                               pack_pair<bf16>(O[n + 1][2 * half], O[n + 1][2 * half + 1]), t, i < cn, valid_cols - c);
+      }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < kOutTiles; ++n)
 #pragma unroll
@@ -461,12 +473,8 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
       const int i = i0 + g + 8 * half, c = out_col0 + 8 * n + 2 * t;
       if (i >= cn) continue;
       bf16* dst = out + token_row(p, t0 + i) * out_s.row + c;
-      if (vec) {
-        if (c < valid_cols) *reinterpret_cast<unsigned*>(dst) = pack_pair<bf16>(O[n][2 * half], O[n][2 * half + 1]);
-      } else {
-        if (c < valid_cols) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
-        if (c + 1 < valid_cols) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
-      }
+      if (c < valid_cols) dst[0] = __float2bfloat16_rn(O[n][2 * half]);
+      if (c + 1 < valid_cols) dst[1] = __float2bfloat16_rn(O[n][2 * half + 1]);
     }
 }
 

@@ -84,7 +84,7 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
                     fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
                     bk::gradient_scan_registers_kernel<T, C>, p, b);
-  emulation::launch({dim3(N, heads), dim3(bk::kFastThreads), bk::chunk_gradients_layout(C).bytes, order, seed + 3},
+  emulation::launch({dim3(N, heads), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes, order, seed + 3},
                     bk::chunk_gradients_kernel<T, C>, p, b);
 }
 
@@ -247,6 +247,26 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ResultsDoNotDependOnThreadOrder) {
                         {&ascending.d_initial_state, &other.d_initial_state}, {&ascending.state_gradients, &other.state_gradients}})
       EXPECT_TRUE(a->data == o->data) << describe(c);
   }
+}
+
+// dG's longest chain, <G', S> (each thread's products, a butterfly per warp, the warps in order), checked where it
+// cannot hide: one gated chunk with S_0 and dS_L of one sign, dO = 0 and zero gates (γ = 1, so the term enters the
+// last token's dG whole), so that G' = dS_L, S_[0] = S_0 and their inner product is a sum of positive terms. With
+// drawn inputs the term is far below its own magnitude (random signs, or γ_n underflowing), and a reduction that
+// dropped half its partials, or the last warp's, stayed inside every bound (found by planting exactly those).
+TEST(DeltaRuleBackwardFastCpuEmulation, StateInnerProductReachesTheGateGradient) {
+  DELTAPROOF_REQUIRE_X86_64();
+  DeltaCase c;
+  c.gated = true, c.zero_gates = true, c.length = 40, c.chunk = 64, c.key_dim = 128, c.value_dim = 32;
+  c.with_initial_state = true, c.seed = 61;
+  HostInputs in = make_inputs(c);
+  Cotangents cot = make_cotangents(c);
+  for (Exact& x : in.initial_state.data) x = abs(x);
+  for (Exact& x : cot.d_final_state->data) x = abs(x);
+  for (Exact& x : cot.d_output.data) x = 0;
+  const auto rep = check_backward_stages(c, in, cot, emulate_backward(c, in, cot));
+  EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
+  std::cout << describe(c) << " S_0, dS_L >= 0, dO = 0\n  max err/bound: " << worst_per_stage(rep) << "\n";
 }
 
 // g = 0: Gated DeltaNet computes exactly DeltaNet's numbers (dg aside).

@@ -444,6 +444,24 @@ TEST(DeltaRuleBackwardGpu, RegimeVeryNegativeGates) {
     }
 }
 
+// dG's longest chain, <G', S>, where it cannot hide (the emulation suite's StateInnerProductReachesTheGateGradient):
+// one chunk, S_0 and dS_L of one sign, dO = 0 and zero gates, so that <dS_L, S_0> enters the last token's dG whole.
+TEST(DeltaRuleBackwardGpu, RegimeStateInnerProductInTheGateGradient) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (Index C : {32, 64}) {
+    DeltaCase c;
+    c.gated = true, c.zero_gates = true, c.length = C - 3, c.chunk = C, c.key_dim = 128, c.value_dim = 64;
+    c.with_initial_state = true, c.seed = 560;
+    HostInputs in = make_inputs(c);
+    Cotangents cot = make_cotangents(c);
+    for (Exact& x : in.initial_state.data) x = abs(x);
+    for (Exact& x : cot.d_final_state->data) x = abs(x);
+    for (Exact& x : cot.d_output.data) x = 0;
+    const auto rep = check_backward_stages(c, in, cot, run_backward(c, in, cot));
+    EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
+  }
+}
+
 // β = 0 (no write: T = I, dβ alone carries the signal) and β = 1 (full erase).
 TEST(DeltaRuleBackwardGpu, RegimeBetaZeroAndOne) {
   DELTAPROOF_REQUIRE_GPU();

@@ -187,14 +187,15 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       add("dbeta", cc, Matrix<S>(db_all.middleRows(t0, n)), ref_value,
           bound_of<S>(column(mag), ref_value, rho_fast(DV + DK + 2 * n + 40, 2, kU2, kd, eps), true, un));
     }
-    // dG (gated): the longest chain is <G', S> (per-thread sums over the streamed tiles, then 256 in order).
+    // dG (gated): the longest chain is <G', S>: per-thread sums over the streamed tiles (at most DV·DK/256
+    // terms), a 32-lane butterfly (5), then the warps' partials in order (at most 16).
     if (c.gated && has(r.d_gate_sums)) {
       const Matrix<S> dg_hat = dg_sum_all.middleRows(t0, n);
       const Matrix<S> ref_value =
           column(Value<S>::d_gate_sums(doc, s_hat, qc, t_top, dw_hat, kc, vbar_hat, g_next, scores, e_top, bc, x));
       const Matrix<S> mag = column(Magnitude<S>::d_gate_sums(doa, rounded(s_hat), qa, tr, rounded(dw_hat), ka, rounded(vbar_hat),
                                                              rounded(g_next), scores_mag, ea, bca, x));
-      const long m = (DV * DK + 255) / 256 + 256 + DV + DK + 2 * C + 64;
+      const long m = (DV * DK + 255) / 256 + 5 + 16 + DV + DK + 2 * C + 64;
       add("dG", cc, dg_hat, ref_value, bound_of<S>(mag, ref_value, rho_fast(m, 2, 3 * kU2, kd, eps), false, un));
       // dg from the kernel's own dĜ: the reverse sum, at most n roundings (fp32).
       const Vector<S> dgk = dg_hat.col(0);
