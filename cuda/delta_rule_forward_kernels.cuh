@@ -52,6 +52,12 @@ __device__ __forceinline__ float to_float(T x) {
   else return __half2float(x);
 }
 
+// e^x for the gate decays of every forward stage: exp2f(x · log2 e), three instructions where expf takes
+// nine (the masked scores take one per entry: NOTES_delta.md, "Gated scan"). The error bound
+// (verify/delta_rule_stages.cpp, decay_error) counts what that adds to expf's: the product's rounding
+// and log2 e's in fp32, each a relative u on the exponent, so a factor e^{2u|x|}; exp2f is within 2 ulp.
+__device__ __forceinline__ float gate_exp(float x) { return exp2f(x * 1.44269504f); }
+
 // Round to nearest even in T.
 template <class T>
 __device__ __forceinline__ T from_float(float x) {
@@ -311,18 +317,18 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(Forward
       const int i = idx / BV, j = idx % BV;
       const float x = v_new[i * pv + j];
       if (p.v_new && i < size && j < bv) p.v_new[(token0 + i) * DV + v0 + j] = x;
-      // Without gates every decay is exactly 1 (= expf(0)): skipping expf changes no bit.
-      v_decayed[i * pvd + j] = from_float<T>(gated ? x * expf(last - gates[i]) : x);
+      // Without gates every decay is exactly 1 (= gate_exp(0)): skipping it changes no bit.
+      v_decayed[i * pvd + j] = from_float<T>(gated ? x * gate_exp(last - gates[i]) : x);
       v_op[i * pvo + j] = from_float<T>(x);
-      if (gated) out[i * pv + j] *= expf(gates[i]);
+      if (gated) out[i * pv + j] *= gate_exp(gates[i]);
     }
     for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) {
       const int i = idx / C, j = idx % C;
       scores_op[i * ppo + j] =
-          j <= i ? from_float<T>(gated ? scores[i * pp + j] * expf(gates[i] - gates[j]) : scores[i * pp + j]) : from_float<T>(0.0f);
+          j <= i ? from_float<T>(gated ? scores[i * pp + j] * gate_exp(gates[i] - gates[j]) : scores[i * pp + j]) : from_float<T>(0.0f);
     }
     if (gated) {
-      const float decay = expf(last);
+      const float decay = gate_exp(last);
       for_each_2d(BV, dkp, [&](int r, int c) { state[r * ps + c] *= decay; });
     }
     __syncthreads();
@@ -579,7 +585,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
-        const float decay = gated ? expf(last - gates[r]) : 1.0f;
+        const float decay = gated ? gate_exp(last - gates[r]) : 1.0f;
         if constexpr (StatePass) {  // V̄ itself as a pair for the chunk gradients
 #pragma unroll
           for (int n = 0; n < kOutTiles; n += 2) {
@@ -643,26 +649,28 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           mma_16816<T>(O[n + 1], a, bl[2], bl[3]);
         }
       }
-      // O = diag(γ) Q Sᵀ; P = Q Kᵀ ⊙ Γ ⊙ M in fp32, rounded to T once as an operand (no expf without
+      // O = diag(γ) Q Sᵀ; P = Q Kᵀ ⊙ Γ ⊙ M in fp32, rounded to T once as an operand (no gate_exp without
       // gates: every decay is exactly 1, same bits).
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
         const float gate_r = gated ? gates[r] : 0.0f;
         if (gated) {
-          const float decay = expf(gate_r);
+          const float decay = gate_exp(gate_r);
 #pragma unroll
           for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
         }
 #pragma unroll
         for (int n = 0; n < kScoreTiles; ++n) {
           const int j = 8 * n + 2 * t;
-          float x0 = j <= r ? P[n][2 * half] : 0.0f, x1 = j + 1 <= r ? P[n][2 * half + 1] : 0.0f;
-          if (gated) {
-            if (j <= r) x0 *= expf(gate_r - gates[j]);
-            if (j + 1 <= r) x1 *= expf(gate_r - gates[j + 1]);
+          float x0 = P[n][2 * half], x1 = P[n][2 * half + 1];
+          // Every entry of a tile up to the diagonal block is decayed, masked ones too, and the mask is a select
+          // afterwards (an inf or NaN it drops included): no per-entry branch (the ncu counters of session 8).
+          if (gated && n / 2 <= row_block) {
+            const float2 gj = *reinterpret_cast<const float2*>(gates + j);
+            x0 *= gate_exp(gate_r - gj.x), x1 *= gate_exp(gate_r - gj.y);
           }
-          P_op[n][half] = pack_pair<T>(x0, x1);
+          P_op[n][half] = pack_pair<T>(j <= r ? x0 : 0.0f, j + 1 <= r ? x1 : 0.0f);
         }
       }
     }
@@ -699,7 +707,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         }
     }
     if (gated) {
-      const float decay = expf(gates[size - 1]);
+      const float decay = gate_exp(gates[size - 1]);
 #pragma unroll
       for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll

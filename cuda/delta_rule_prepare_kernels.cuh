@@ -347,9 +347,9 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   __syncthreads();
 
   // (2) A_ij = β_i exp(G_i − G_j) k_i·k_j for j < i, in fp32, into the system buffer (and wy_system);
-  // exp of a non-positive number only, and no expf at all without gates (exactly 1: the same bits).
+  // exp of a non-positive number only, and no gate_exp at all without gates (exactly 1: the same bits).
   auto system_entry = [&](int i, int j, float gram) {
-    return j < i ? (gated ? beta[i] * gram * expf(gates[i] - gates[j]) : beta[i] * gram) : 0.0f;
+    return j < i ? (gated ? beta[i] * gram * gate_exp(gates[i] - gates[j]) : beta[i] * gram) : 0.0f;
   };
   if constexpr (kTensorCore<T>) {
     for (int tile = warp; tile < kTiles; tile += kWarps) {
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   if (p.wy_system)  // above the diagonal blocks: zero
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads)
       if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc() + idx] = 0.0f;
-  if (tid < C) w_scale[tid] = gated ? beta[tid] * expf(gates[tid]) : beta[tid];
+  if (tid < C) w_scale[tid] = gated ? beta[tid] * gate_exp(gates[tid]) : beta[tid];
   __syncthreads();
 
   // (3) T = A⁻¹ in place: diagonal blocks, then the merges (16 → 32 → 64).

@@ -139,13 +139,17 @@ static double rho(long acc_roundings, int op_roundings, double u_op, double extr
   return r * (1 + 1e-12);
 }
 
-// Relative error of the kernel's decays over one chunk (0 without gates).
+// Relative error of the kernel's decays over one chunk (0 without gates). A decay is gate_exp(x) =
+// exp2f(x · log2 e) of x = Ĝ_i − Ĝ_j (or Ĝ_i alone), |x| ≤ Σ|g| over the chunk: the in-chunk sums are off
+// by γ_C Σ|g| each and the subtraction by u|x|; the product with log2 e rounded to fp32 and the product's
+// own rounding are each a relative u on the exponent (u|x| more each, with room for their second-order
+// terms: 4u in all); exp2f is within 2 ulp (CUDA's documented bound).
 static double decay_error(bool gated, const Vector<High>& log_gate, Index chunk) {
   if (!gated) return 0;
   double sum = 0;
   for (Index i = 0; i < log_gate.size(); ++i) sum += std::abs(ref::to_double(log_gate(i)));
-  const double shift = (2 * ref::gamma(chunk, u32) + u32) * sum;  // |Ĝ_i − Ĝ_j − (G_i − G_j)|
-  return std::expm1(shift) * (1 + 0x1p-22) + 0x1p-22;           // expf: within 2 ulp
+  const double shift = (2 * ref::gamma(chunk, u32) + 4 * u32) * sum;  // the exponent's error, times |exponent|
+  return std::expm1(shift) * (1 + 0x1p-22) + 0x1p-22;
 }
 
 template <class S>
@@ -201,7 +205,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     rep.push_back(compare_within<S>(stage, kernel, oracle, bound, {b, h, chunk}));
   };
   auto exact_bound = [](Index rows, Index cols) { return Matrix<S>(Matrix<S>::Zero(rows, cols)); };
-  // fp32 underflow: a result below 2⁻¹²⁶ may be flushed (expf of a very negative exponent, the
+  // fp32 underflow: a result below 2⁻¹²⁶ may be flushed (the exp of a very negative exponent, the
   // products of tiny decayed entries), an absolute loss of at most 2⁻¹²⁶ per operation; over the
   // at most 2C + DK operations of one entry, scaled by at most the largest magnitude of that stage,
   // it stays below 2⁻¹¹⁰ · max(magnitude). Added to every stage bound as a constant floor.

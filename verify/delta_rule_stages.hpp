@@ -18,8 +18,8 @@
 //     u_op          rounding of an MMA operand to the input dtype (0 for fp32 inputs: plain FMA),
 //     u_out         rounding of a stored result to the input dtype,
 //     η             absolute error of an operand that lands among fp16 subnormals (2⁻²⁵),
-//     ε_D           relative error of a kernel decay exp(Ĝ_i − Ĝ_j) (fp32 cumulative sums, expf
-//                   within 2 ulp), zero for DeltaNet where every exponent is exactly 0.
+//     ε_D           relative error of a kernel decay exp(Ĝ_i − Ĝ_j) (fp32 cumulative sums, exp2f of
+//                   the exponent times log2 e, within 2 ulp), zero for DeltaNet where every exponent is 0.
 //
 // End to end (cross-C, decode after prefill, accuracy) the kernel is compared with a float64
 // token recurrence normwise: bounds on the whole chain would multiply the stage bounds by the
