@@ -52,11 +52,23 @@ __device__ __forceinline__ float to_float(T x) {
   else return __half2float(x);
 }
 
-// e^x for the gate decays of every forward stage: exp2f(x · log2 e), three instructions where expf takes
-// nine (the masked scores take one per entry: NOTES_delta.md, "Gated scan"). The error bound
-// (verify/delta_rule_stages.cpp, decay_error) counts what that adds to expf's: the product's rounding
-// and log2 e's in fp32, each a relative u on the exponent, so a factor e^{2u|x|}; exp2f is within 2 ulp.
-__device__ __forceinline__ float gate_exp(float x) { return exp2f(x * 1.44269504f); }
+// The gate decays of every forward stage are powers of two: 2^y by the special-function unit (`ex2.approx.ftz`,
+// one instruction; expf takes nine, the masked scores one per entry: NOTES_delta.md, session 8), of
+// y = x · log2 e for e^x (`gate_exp`) or of exponents kept in that unit (the register scan's G_i · log2 e). Error
+// (verify/delta_rule_stages.cpp, decay_error): the product with log2 e rounded to fp32 and the products' and
+// differences' roundings add at most 5u Σ|g| to the exponent; exp2f's 2 ulp (CUDA's documented bound) for
+// results above 2⁻¹²⁶, smaller ones flushed to zero (the stage bounds' floor counts that).
+constexpr float kLog2e = 1.44269504f;
+__device__ __forceinline__ float exp2_ftz(float y) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#else
+  return exp2f(y);  // the CPU emulation
+#endif
+}
+__device__ __forceinline__ float gate_exp(float x) { return exp2_ftz(x * kLog2e); }
 
 // Round to nearest even in T.
 template <class T>
@@ -435,7 +447,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   T* w_s = reinterpret_cast<T*>(smem + lay.w);
   T* v_new_s = reinterpret_cast<T*>(smem + lay.v_new);       // [C][kTcVLd] U, then V̄ rounded to T
   T* v_decayed_s = reinterpret_cast<T*>(smem + lay.v_decayed);  // diag(γ_C/γ) V̄ rounded to T (gated)
-  float* gates = reinterpret_cast<float*>(smem + lay.gates);   // G_i
+  float* gates = reinterpret_cast<float*>(smem + lay.gates);   // G_i · log2 e
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int head = blockIdx.y, v0 = blockIdx.x * kTcSlice;
@@ -528,9 +540,9 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         }
     if (gated && warp == 0) {
       float lo = g_lo, hi = g_hi;
-      chunk_prefix_sums(lo, hi, lane);
-      if (lane < C) gates[lane] = lo;
-      if (lane + 32 < C) gates[lane + 32] = hi;
+      chunk_prefix_sums(lo, hi, lane);  // G_i, kept as G_i · log2 e: every decay below is one exp2_ftz
+      if (lane < C) gates[lane] = lo * kLog2e;
+      if (lane + 32 < C) gates[lane + 32] = hi * kLog2e;
     }
     copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
     __syncthreads();
@@ -585,7 +597,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = i0 + g + 8 * half;
-        const float decay = gated ? gate_exp(last - gates[r]) : 1.0f;
+        const float decay = gated ? exp2_ftz(last - gates[r]) : 1.0f;
         if constexpr (StatePass) {  // V̄ itself as a pair for the chunk gradients
 #pragma unroll
           for (int n = 0; n < kOutTiles; n += 2) {
@@ -656,7 +668,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         const int r = i0 + g + 8 * half;
         const float gate_r = gated ? gates[r] : 0.0f;
         if (gated) {
-          const float decay = gate_exp(gate_r);
+          const float decay = exp2_ftz(gate_r);
 #pragma unroll
           for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
         }
@@ -668,7 +680,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           // afterwards (an inf or NaN it drops included): no per-entry branch (the ncu counters of session 8).
           if (gated && n / 2 <= row_block) {
             const float2 gj = *reinterpret_cast<const float2*>(gates + j);
-            x0 *= gate_exp(gate_r - gj.x), x1 *= gate_exp(gate_r - gj.y);
+            x0 *= exp2_ftz(gate_r - gj.x), x1 *= exp2_ftz(gate_r - gj.y);
           }
           P_op[n][half] = pack_pair<T>(j <= r ? x0 : 0.0f, j + 1 <= r ? x1 : 0.0f);
         }
@@ -707,7 +719,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         }
     }
     if (gated) {
-      const float decay = gate_exp(gates[size - 1]);
+      const float decay = exp2_ftz(gates[size - 1]);
 #pragma unroll
       for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll

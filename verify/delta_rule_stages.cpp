@@ -139,16 +139,17 @@ static double rho(long acc_roundings, int op_roundings, double u_op, double extr
   return r * (1 + 1e-12);
 }
 
-// Relative error of the kernel's decays over one chunk (0 without gates). A decay is gate_exp(x) =
-// exp2f(x · log2 e) of x = Ĝ_i − Ĝ_j (or Ĝ_i alone), |x| ≤ Σ|g| over the chunk: the in-chunk sums are off
-// by γ_C Σ|g| each and the subtraction by u|x|; the product with log2 e rounded to fp32 and the product's
-// own rounding are each a relative u on the exponent (u|x| more each, with room for their second-order
-// terms: 4u in all); exp2f is within 2 ulp (CUDA's documented bound).
+// Relative error of the kernel's decays over one chunk (0 without gates). A decay is 2^y (exp2_ftz,
+// cuda/delta_rule_forward_kernels.cuh) of y = (Ĝ_i − Ĝ_j) · log2 e, or of Ĝ_i · log2 e − Ĝ_j · log2 e (the
+// register scan keeps its sums in that unit), with |Ĝ_i|, |Ĝ_j|, |G_i − G_j| ≤ Σ|g| over the chunk: the
+// in-chunk sums are off by γ_C Σ|g| each; log2 e rounded to fp32, each product's rounding and the subtraction's
+// add a relative u of what they round — at most 4u Σ|g| in e-units, 5u with room for second-order terms;
+// exp2f's 2 ulp on top (a result flushed below 2⁻¹²⁶ is the floor's, below).
 static double decay_error(bool gated, const Vector<High>& log_gate, Index chunk) {
   if (!gated) return 0;
   double sum = 0;
   for (Index i = 0; i < log_gate.size(); ++i) sum += std::abs(ref::to_double(log_gate(i)));
-  const double shift = (2 * ref::gamma(chunk, u32) + 4 * u32) * sum;  // the exponent's error, times |exponent|
+  const double shift = (2 * ref::gamma(chunk, u32) + 5 * u32) * sum;  // the exponent's error, in e-units
   return std::expm1(shift) * (1 + 0x1p-22) + 0x1p-22;
 }
 
