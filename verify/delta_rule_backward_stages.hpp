@@ -52,6 +52,9 @@ struct Cotangents {
 };
 // dO and dS_L = n/4 (|n| <= 8) drawn from c.seed + 1.
 Cotangents make_cotangents(const DeltaCase& c, bool with_final_state_gradient = true);
+// S_0 and dS_L made non-negative and dO zero: with zero gates <dS_L, S_0> then enters the last token's dG whole
+// (drawn signs let it cancel far below its own magnitude, where a lost part of its reduction hides).
+void make_state_inner_product_dominant(HostInputs& in, Cotangents& cot);
 
 // What the backward writes, read back exactly. Per-token vectors are [B, H, L, 1]; C×C blocks
 // [B, H, N·C, C]; states [B, H, N·DV, DK]. A tensor with no entries was not asked for.
