@@ -153,9 +153,9 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     if (gated && warp == 0) {
       float lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
       float hi = lane + 32 < size ? gate_head[(t0 + lane + 32) * p.log_gate_strides.row] : 0.0f;
-      chunk_prefix_sums(lo, hi, lane);
-      if (lane < C) gates[lane] = lo;
-      if (lane + 32 < C) gates[lane + 32] = hi;
+      chunk_prefix_sums(lo, hi, lane);  // G_i, kept as G_i · log2 e: every decay below is one exp2_ftz
+      if (lane < C) gates[lane] = lo * kLog2e;
+      if (lane + 32 < C) gates[lane + 32] = hi * kLog2e;
     }
     copy_async_wait_all();
     __syncthreads();
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         }
       }
       // dV̄ = diag(λ) K G'ᵀ + Pᵀ dO, Pᵀ_ij = (k_i·q_j) exp(G_j − G_i) for j ≥ i (a non-positive exponent), as
-      // hi + lo A operands. Without gates no expf at all (every decay is exactly 1: the same bits as g = 0).
+      // hi + lo A operands. Without gates no decay at all (every one is exactly 1: the same bits as g = 0).
       unsigned P_hi[kScoreTiles][2], P_lo[kScoreTiles][2];
       const float last = gated ? gates[size - 1] : 0.0f;
 #pragma unroll
@@ -202,19 +202,19 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         const int i = i0 + g + 8 * half;
         const float gate_i = gated ? gates[i] : 0.0f;
         if (gated) {
-          const float lambda = expf(last - gate_i);
+          const float lambda = exp2_ftz(last - gate_i);
 #pragma unroll
           for (int n = 0; n < kOutTiles; ++n) D[n][2 * half] *= lambda, D[n][2 * half + 1] *= lambda;
         }
 #pragma unroll
         for (int n = 0; n < kScoreTiles; ++n) {
           const int j = 8 * n + 2 * t;
-          float x0 = j >= i ? Pt[n][2 * half] : 0.0f, x1 = j + 1 >= i ? Pt[n][2 * half + 1] : 0.0f;
-          if (gated) {
-            if (j >= i) x0 *= expf(gates[j] - gate_i);
-            if (j + 1 >= i) x1 *= expf(gates[j + 1] - gate_i);
+          float x0 = Pt[n][2 * half], x1 = Pt[n][2 * half + 1];
+          if (gated && n / 2 >= row_block) {  // decayed without a per-entry branch, masked entries too (as the forward)
+            const float2 gj = *reinterpret_cast<const float2*>(gates + j);
+            x0 *= exp2_ftz(gj.x - gate_i), x1 *= exp2_ftz(gj.y - gate_i);
           }
-          split_pair<T>(x0, x1, P_hi[n][half], P_lo[n][half]);
+          split_pair<T>(j >= i ? x0 : 0.0f, j + 1 >= i ? x1 : 0.0f, P_hi[n][half], P_lo[n][half]);
         }
       }
 #pragma unroll
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     // (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W. Gated: diag(γ) dO is formed in the A fragments (γ_j of
     // each held token), rounded once to T.
     if (gated) {
-      const float decay = expf(gates[size - 1]);
+      const float decay = exp2_ftz(gates[size - 1]);
 #pragma unroll
       for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         for (int x = 0; x < 4; ++x) {
           const int j = jj * 16 + 2 * t + (x / 2) * 8;
           const float2 v = unpack_pair<T>(ad[x]);
-          ad[x] = pack_pair<T>(v.x * expf(gates[j]), v.y * expf(gates[j + 1]));
+          ad[x] = pack_pair<T>(v.x * exp2_ftz(gates[j]), v.y * exp2_ftz(gates[j + 1]));
         }
       }
 #pragma unroll
@@ -506,12 +506,14 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   copy_async_wait<2>();  // P1's operands (V, dV̄ and the first state tile may still fly: P2's first wait takes them)
   __syncthreads();
   const float last = gsum[n - 1];
-  for (int i = tid; i < C; i += kThreads) {  // without gates no expf: every decay is exactly 1
-    gamma[i] = gated ? expf(gsum[i]) : 1.0f;
-    lambda[i] = gated ? expf(last - gsum[i]) : 1.0f;
+  for (int i = tid; i < C; i += kThreads) {  // without gates no decay: every one is exactly 1
+    gamma[i] = gated ? gate_exp(gsum[i]) : 1.0f;
+    lambda[i] = gated ? gate_exp(last - gsum[i]) : 1.0f;
   }
   __syncthreads();
-  auto decay = [&](int i, int j) { return gated ? expf(gsum[i] - gsum[j]) : 1.0f; };  // i ≥ j only
+  // exp(G_i − G_j), used for i ≥ j; the loops below also form it for masked entries of a tile on the diagonal
+  // block (no per-entry branch) and drop it with a select, an inf from a positive exponent included.
+  auto decay = [&](int i, int j) { return gated ? gate_exp(gsum[i] - gsum[j]) : 1.0f; };
   const int dv_steps = (DV + 15) / 16, dk_steps = (DK + 15) / 16;
 
   // ---- P1: E_o, and gated the sums of Z_o. Tiles of 16 × 16 on and below the diagonal.
@@ -544,7 +546,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
         float e[2];
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-          const float d = j + x <= i ? decay(i, j + x) : 0.0f;
+          const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // warp-uniform: tiles above the diagonal hold zeros
+          const float d = j + x <= i ? d_all : 0.0f;
           e[x] = acc[nt][2 * half + x] * d;
           if (gated && j + x < i) {  // Z_o = (dO V̄ᵀ) ⊙ P, strictly lower
             const float z = acc[nt][2 * half + x] * (qk[nt][2 * half + x] * d);
@@ -796,7 +799,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
         for (int x = 0; x < 2; ++x) {
           const bool lower = j + x < i;
           const float e = lower ? acc[nt][2 * half + x] : 0.0f;
-          const float ed = lower ? e * decay(i, j + x) : 0.0f;  // E ⊙ D
+          const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // as in P1
+          const float ed = lower ? e * d_all : 0.0f;  // E ⊙ D
           f[x] = beta[i] * ed;
           ekk_sum[half] = fmaf(ed, kk_acc[nt][2 * half + x], ekk_sum[half]);
           if (gated && lower) {  // Z_2 = (E ⊙ D) ⊙ β_i k_i·k_j

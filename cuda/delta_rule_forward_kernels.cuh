@@ -52,12 +52,13 @@ __device__ __forceinline__ float to_float(T x) {
   else return __half2float(x);
 }
 
-// The gate decays of every forward stage are powers of two: 2^y by the special-function unit (`ex2.approx.ftz`,
-// one instruction; expf takes nine, the masked scores one per entry: NOTES_delta.md, session 8), of
-// y = x · log2 e for e^x (`gate_exp`) or of exponents kept in that unit (the register scan's G_i · log2 e). Error
-// (verify/delta_rule_stages.cpp, decay_error): the product with log2 e rounded to fp32 and the products' and
-// differences' roundings add at most 5u Σ|g| to the exponent; exp2f's 2 ulp (CUDA's documented bound) for
-// results above 2⁻¹²⁶, smaller ones flushed to zero (the stage bounds' floor counts that).
+// The gate decays of every forward stage and of the tensor-core backward's scans are powers of two: 2^y by the
+// special-function unit (`ex2.approx.ftz`, one instruction; expf takes nine, the masked scores one per entry:
+// NOTES_delta.md, session 8), of y = x · log2 e for e^x (`gate_exp`) or of exponents kept in that unit (the
+// register scans' G_i · log2 e). Error (verify/delta_rule_stages.cpp, decay_error, and
+// verify/delta_rule_backward_fast_stages.cpp): the product with log2 e rounded to fp32 and the products' and
+// differences' roundings add at most 5u·|exponent bound| to the exponent; exp2f's 2 ulp (CUDA's documented
+// bound) for results above 2⁻¹²⁶, smaller ones flushed to zero (the stage bounds' floor counts that).
 constexpr float kLog2e = 1.44269504f;
 __device__ __forceinline__ float exp2_ftz(float y) {
 #ifdef __CUDA_ARCH__

@@ -89,10 +89,16 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       add("G", cc, column(gk), Matrix<S>::Zero(n, 1), Matrix<S>::Zero(n, 1));
     }
     const Decays<S> x = decays_of<S>(gk, c.gated);
-    double spread = 0;  // max |Ĝ_e − Ĝ_s|, e ≥ s: the subtraction's rounding, then expf within 2 ulp
+    // A decay is 2^y (exp2_ftz, cuda/delta_rule_forward_kernels.cuh) of y = x · log2 e, x = Ĝ_e − Ĝ_s (e ≥ s) or
+    // Ĝ_e, or of Ĝ_e · log2 e − Ĝ_s · log2 e (the gradient scan keeps its sums in that unit). log2 e rounded to
+    // fp32, the products' and the subtraction's roundings each add a relative u of what they round, each at most
+    // `reach` = max(|Ĝ_e − Ĝ_s|, |Ĝ_e|): ≤ 4u·reach on the exponent, 5u with room for second-order terms; then
+    // exp2f's 2 ulp (results flushed below 2⁻¹²⁶ are the floor's).
+    double reach = 0;
     for (Index i = 0; i < n; ++i)
-      for (Index j = 0; j <= i; ++j) spread = std::max(spread, std::abs(ref::to_double(S(gk(i) - gk(j)))));
-    const double eps = c.gated ? (std::expm1(kU32 * spread) * (1 + un.exp) + un.exp) * (1 + 1e-12) : 0.0;
+      for (Index j = 0; j <= i; ++j)
+        reach = std::max({reach, std::abs(ref::to_double(S(gk(i) - gk(j)))), std::abs(ref::to_double(gk(i)))});
+    const double eps = c.gated ? (std::expm1(5 * kU32 * reach) * (1 + un.exp) + un.exp) * (1 + 1e-12) : 0.0;
     const int kd = c.gated ? 1 : 0;
     const Matrix<S> d_lower = x.d;  // D on and below the diagonal, 0 above
 
