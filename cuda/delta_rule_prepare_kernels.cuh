@@ -241,6 +241,10 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
   const int pair = warp % kPairs;
   const bool pairs = cols % 2 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 3) == 0 &&
                      (out_lo == nullptr || (reinterpret_cast<std::uintptr_t>(out_lo) & 3) == 0);
+  // Whole tiles through store_tile_pairs (8 bytes a lane) where rows are 8-byte aligned; W and U were 4-byte
+  // pair stores filling half of two sectors each, the pattern that cost the state pass half its time.
+  const bool sectors = pairs && cols % 4 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 7) == 0 &&
+                       (out_lo == nullptr || (reinterpret_cast<std::uintptr_t>(out_lo) & 7) == 0);
 #pragma unroll 1
   for (int which = 0; which < (R > 1 ? 2 : 1); ++which) {
     const int rb = which == 0 ? pair : R - 1 - pair, i0 = 16 * rb;
@@ -257,24 +261,30 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
         mma_16816<T>(acc[0], al, b[0], b[1]);
         mma_16816<T>(acc[1], al, b[2], b[3]);
       }
-      if (pairs && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile: one 4-byte store a pair, no checks
+      if (pairs && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile (warp-uniform): no checks
         const std::size_t eight_rows = std::size_t(8) * ld;
-        T* row = at.row(out, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4);
-        T* row_lo = out_lo != nullptr ? at.row(out_lo, i0 + lane / 4, ld) + cb * 16 + 2 * (lane % 4) : nullptr;
+        T* row = at.row(out, i0 + lane / 4, ld) + cb * 16;
+        T* row_lo = out_lo != nullptr ? at.row(out_lo, i0 + lane / 4, ld) + cb * 16 : nullptr;
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+        for (int half = 0; half < 2; ++half) {
+          unsigned rounded[2], residual[2] = {};  // the residual x − rounded too (the backward's W, U as hi + lo)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const std::size_t at_pair = half * eight_rows + 8 * n;
-            if (row_lo != nullptr) {
-              unsigned rounded, residual;  // the residual x − rounded too (the backward's W, U as hi + lo)
-              split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded, residual);
-              *reinterpret_cast<unsigned*>(row + at_pair) = rounded;
-              *reinterpret_cast<unsigned*>(row_lo + at_pair) = residual;
-            } else {
-              *reinterpret_cast<unsigned*>(row + at_pair) = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
+          for (int n = 0; n < 2; ++n) {
+            if (row_lo != nullptr) split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded[n], residual[n]);
+            else rounded[n] = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
+          }
+          const std::size_t at_row = half * eight_rows;
+          if (sectors) {  // a row's four lanes write one whole 32-byte sector per store
+            store_tile_pairs<T>(row + at_row, rounded[0], rounded[1], lane % 4, true, 16);
+            if (row_lo != nullptr) store_tile_pairs<T>(row_lo + at_row, residual[0], residual[1], lane % 4, true, 16);
+          } else {  // rows only 4-byte aligned: one 4-byte store a pair
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              *reinterpret_cast<unsigned*>(row + at_row + 8 * n + 2 * (lane % 4)) = rounded[n];
+              if (row_lo != nullptr) *reinterpret_cast<unsigned*>(row_lo + at_row + 8 * n + 2 * (lane % 4)) = residual[n];
             }
           }
+        }
         continue;
       }
       for_each_accumulator_pair(acc, i0, cb * 16, [&](float x0, float x1, int i, int c) {
