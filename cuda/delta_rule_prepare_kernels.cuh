@@ -230,21 +230,27 @@ __device__ __forceinline__ void merge_level(float* sys) {
 
 // out (size × cols rows of a [.., L, ld] tensor) ← factor · operand on mma.sync: the factor's hi and lo
 // parts (A, ldmatrix) times the operand rows (B, transposed ldmatrix), accumulators rounded to T and
-// stored from registers (and what the rounding left, when out_lo is given). The factor is lower
-// triangular: row block rb needs k blocks 0..rb. Each warp takes row blocks p and R − 1 − p (R + 1 k
-// blocks in all, the same for every warp) and every G-th 16-column block.
-template <class T, int C, int kWarps>
+// stored from registers (and, kLo, what the rounding left into out_lo: the backward's W, U as hi + lo;
+// a compile-time choice, so that the forward's product does not compute residuals it never stores). The
+// factor is lower triangular: row block rb needs k blocks 0..rb. Each warp takes row blocks p and R − 1 − p
+// (R + 1 k blocks in all, the same for every warp) and every G-th 16-column block.
+template <class T, int C, int kWarps, bool kLo>
 __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, int op_pitch, T* out, T* out_lo,
                                   ChunkTokens at, int ld, int size, int cols) {
   constexpr int R = C / 16, kPairs = R > 1 ? R / 2 : 1, G = kWarps / kPairs, pf = system_pitch(C);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int pair = warp % kPairs;
   const bool pairs = cols % 2 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 3) == 0 &&
-                     (out_lo == nullptr || (reinterpret_cast<std::uintptr_t>(out_lo) & 3) == 0);
-  // Whole tiles through store_tile_pairs (8 bytes a lane) where rows are 8-byte aligned; W and U were 4-byte
-  // pair stores filling half of two sectors each, the pattern that cost the state pass half its time.
+                     (!kLo || (reinterpret_cast<std::uintptr_t>(out_lo) & 3) == 0);
+  // Whole tiles through store_tile_pairs (8 bytes a lane) where rows are 8-byte aligned; elsewhere 4-byte pair
+  // stores, which fill half of two sectors each (the pattern that cost the state pass half its time).
   const bool sectors = pairs && cols % 4 == 0 && (reinterpret_cast<std::uintptr_t>(out) & 7) == 0 &&
-                       (out_lo == nullptr || (reinterpret_cast<std::uintptr_t>(out_lo) & 7) == 0);
+                       (!kLo || (reinterpret_cast<std::uintptr_t>(out_lo) & 7) == 0);
+  // The pair (x0, x1) rounded to T and, kLo, the residual x − rounded.
+  auto round_pair = [](float x0, float x1, unsigned& rounded, unsigned& residual) {
+    if constexpr (kLo) split_pair<T>(x0, x1, rounded, residual);
+    else rounded = pack_pair<T>(x0, x1);
+  };
 #pragma unroll 1
   for (int which = 0; which < (R > 1 ? 2 : 1); ++which) {
     const int rb = which == 0 ? pair : R - 1 - pair, i0 = 16 * rb;
@@ -261,48 +267,36 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
         mma_16816<T>(acc[0], al, b[0], b[1]);
         mma_16816<T>(acc[1], al, b[2], b[3]);
       }
-      if (pairs && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile (warp-uniform): no checks
-        const std::size_t eight_rows = std::size_t(8) * ld;
+      if (sectors && i0 + 16 <= size && cb * 16 + 16 <= cols) {  // a whole tile (warp-uniform): no checks, and
+        const std::size_t eight_rows = std::size_t(8) * ld;      // a row's four lanes write one whole sector
         T* row = at.row(out, i0 + lane / 4, ld) + cb * 16;
-        T* row_lo = out_lo != nullptr ? at.row(out_lo, i0 + lane / 4, ld) + cb * 16 : nullptr;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          unsigned rounded[2], residual[2] = {};  // the residual x − rounded too (the backward's W, U as hi + lo)
+          unsigned rounded[2], residual[2];
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            if (row_lo != nullptr) split_pair<T>(acc[n][2 * half], acc[n][2 * half + 1], rounded[n], residual[n]);
-            else rounded[n] = pack_pair<T>(acc[n][2 * half], acc[n][2 * half + 1]);
-          }
-          const std::size_t at_row = half * eight_rows;
-          if (sectors) {  // a row's four lanes write one whole 32-byte sector per store
-            store_tile_pairs<T>(row + at_row, rounded[0], rounded[1], lane % 4, true, 16);
-            if (row_lo != nullptr) store_tile_pairs<T>(row_lo + at_row, residual[0], residual[1], lane % 4, true, 16);
-          } else {  // rows only 4-byte aligned: one 4-byte store a pair
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              *reinterpret_cast<unsigned*>(row + at_row + 8 * n + 2 * (lane % 4)) = rounded[n];
-              if (row_lo != nullptr) *reinterpret_cast<unsigned*>(row_lo + at_row + 8 * n + 2 * (lane % 4)) = residual[n];
-            }
-          }
+          for (int n = 0; n < 2; ++n) round_pair(acc[n][2 * half], acc[n][2 * half + 1], rounded[n], residual[n]);
+          store_tile_pairs<T>(row + half * eight_rows, rounded[0], rounded[1], lane % 4, true, 16);
+          if constexpr (kLo)
+            store_tile_pairs<T>(at.row(out_lo, i0 + lane / 4, ld) + cb * 16 + half * eight_rows, residual[0], residual[1], lane % 4,
+                                true, 16);
         }
         continue;
       }
       for_each_accumulator_pair(acc, i0, cb * 16, [&](float x0, float x1, int i, int c) {
         if (i >= size || c >= cols) return;
         T* dst = at.row(out, i, ld) + c;
-        T* dst_lo = out_lo != nullptr ? at.row(out_lo, i, ld) + c : nullptr;
-        unsigned rounded, residual = 0;  // W and U in T (scan operands); the residual x − rounded, when asked
-        if (dst_lo != nullptr) split_pair<T>(x0, x1, rounded, residual);
-        else rounded = pack_pair<T>(x0, x1);
+        T* dst_lo = kLo ? at.row(out_lo, i, ld) + c : nullptr;
+        unsigned rounded, residual;
+        round_pair(x0, x1, rounded, residual);
         if (pairs) {
           *reinterpret_cast<unsigned*>(dst) = rounded;
-          if (dst_lo != nullptr) *reinterpret_cast<unsigned*>(dst_lo) = residual;
+          if constexpr (kLo) *reinterpret_cast<unsigned*>(dst_lo) = residual;
         } else {
           dst[0] = reinterpret_cast<const T*>(&rounded)[0];
-          if (dst_lo != nullptr) dst_lo[0] = reinterpret_cast<const T*>(&residual)[0];
+          if constexpr (kLo) dst_lo[0] = reinterpret_cast<const T*>(&residual)[0];
           if (c + 1 < cols) {
             dst[1] = reinterpret_cast<const T*>(&rounded)[1];
-            if (dst_lo != nullptr) dst_lo[1] = reinterpret_cast<const T*>(&residual)[1];
+            if constexpr (kLo) dst_lo[1] = reinterpret_cast<const T*>(&residual)[1];
           }
         }
       });
@@ -443,14 +437,21 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
     __syncthreads();  // every thread has read its T
     write_factors(w_scale);
     __syncthreads();
-    wy_product_paired<T, C, kWarps>(f_hi, f_lo, keys, pk, static_cast<T*>(p.w), static_cast<T*>(p.w_lo), at, DK, size, DK);
+    // W and U from the factor; their lo parts only where asked (the backward's own forward).
+    auto product = [&](const T* operand, int pitch, void* out, void* out_lo, int dim) {
+      if (out_lo != nullptr)
+        wy_product_paired<T, C, kWarps, true>(f_hi, f_lo, operand, pitch, static_cast<T*>(out), static_cast<T*>(out_lo), at, dim, size, dim);
+      else
+        wy_product_paired<T, C, kWarps, false>(f_hi, f_lo, operand, pitch, static_cast<T*>(out), nullptr, at, dim, size, dim);
+    };
+    product(keys, pk, p.w, p.w_lo, DK);
     if (gated) {  // U's factor T diag(β); without gates it is W's (the same numbers)
       __syncthreads();
       write_factors(beta);
     }
     copy_async_wait_all();
     __syncthreads();
-    wy_product_paired<T, C, kWarps>(f_hi, f_lo, values, pv, static_cast<T*>(p.u), static_cast<T*>(p.u_lo), at, DV, size, DV);
+    product(values, pv, p.u, p.u_lo, DV);
   } else {
     wy_product_fp32<C>(sys, w_scale, keys, pk, static_cast<float*>(p.w), at, DK, size, DK);
     copy_async_wait_all();
