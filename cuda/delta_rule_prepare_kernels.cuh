@@ -276,9 +276,10 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
 #pragma unroll
           for (int n = 0; n < 2; ++n) round_pair(acc[n][2 * half], acc[n][2 * half + 1], rounded[n], residual[n]);
           store_tile_pairs<T>(row + half * eight_rows, rounded[0], rounded[1], lane % 4, true, 16);
-          if constexpr (kLo)
-            store_tile_pairs<T>(at.row(out_lo, i0 + lane / 4, ld) + cb * 16 + half * eight_rows, residual[0], residual[1], lane % 4,
-                                true, 16);
+          if constexpr (kLo) {
+            T* row_lo = at.row(out_lo, i0 + lane / 4, ld) + cb * 16;
+            store_tile_pairs<T>(row_lo + half * eight_rows, residual[0], residual[1], lane % 4, true, 16);
+          }
         }
         continue;
       }
@@ -439,10 +440,11 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
     __syncthreads();
     // W and U from the factor; their lo parts only where asked (the backward's own forward).
     auto product = [&](const T* operand, int pitch, void* out, void* out_lo, int dim) {
+      T* const hi_out = static_cast<T*>(out);
       if (out_lo != nullptr)
-        wy_product_paired<T, C, kWarps, true>(f_hi, f_lo, operand, pitch, static_cast<T*>(out), static_cast<T*>(out_lo), at, dim, size, dim);
+        wy_product_paired<T, C, kWarps, true>(f_hi, f_lo, operand, pitch, hi_out, static_cast<T*>(out_lo), at, dim, size, dim);
       else
-        wy_product_paired<T, C, kWarps, false>(f_hi, f_lo, operand, pitch, static_cast<T*>(out), nullptr, at, dim, size, dim);
+        wy_product_paired<T, C, kWarps, false>(f_hi, f_lo, operand, pitch, hi_out, nullptr, at, dim, size, dim);
     };
     product(keys, pk, p.w, p.w_lo, DK);
     if (gated) {  // U's factor T diag(β); without gates it is W's (the same numbers)
