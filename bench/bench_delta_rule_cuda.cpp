@@ -47,11 +47,13 @@ const std::vector<ForwardSet>& forward_sets() {
     std::vector<ForwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
+    std::size_t workspace = 0;  // W and U, and the scores (C × C per chunk): the largest need over C
+    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::ForwardParams>(C)));
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.02f, 0.15f, true, 10 * i + 1), device_bf16(n, 0.02f, 0.15f, true, 10 * i + 2),
                    device_bf16(n, 0.25f, 1.f, true, 10 * i + 3), device_bf16(tokens, 0.25f, 1.f, false, 10 * i + 4),
                    device_f32(tokens, -0.1f, -0.025f, false, 10 * i + 5), device_workspace(n * 2),
-                   device_workspace(states * 4), device_workspace(kdr::workspace_bytes(shape<kdr::ForwardParams>(16)))});
+                   device_workspace(states * 4), device_workspace(workspace)});
     return s;
   }();
   return sets;

@@ -16,7 +16,8 @@
 //     once to the input dtype (the one rounding that the best public kernels also make).
 //   * V̄ = U − W Sᵀ is accumulated in fp32 and rounded to the input dtype only as an operand of
 //     P V̄ and of the state update; the gate decay is applied in fp32 before that rounding.
-//   * P = Q Kᵀ ⊙ Γ ⊙ M is formed in fp32 and rounded to the input dtype as an MMA operand.
+//   * P = Q Kᵀ ⊙ Γ ⊙ M is formed in fp32 and rounded to the input dtype as an MMA operand (for the register
+//     scan by the prepare, which stores it rounded: the scan's sequential chain no longer forms it).
 #include "cuda/delta_rule.h"
 
 #include "cuda/arguments.hpp"
@@ -42,18 +43,6 @@ bool strides_multiple_of(const Strides& s, int batch, int heads, int rows, std::
   return (batch == 1 || s.batch % elements == 0) && (heads == 1 || s.head % elements == 0) && (rows == 1 || s.row % elements == 0);
 }
 
-// W and U from the workspace where the caller left them null, in a fixed order; `bytes` receives the
-// workspace size those need.
-ForwardStageParams resolve(const ForwardStageParams& p, std::size_t* bytes) {
-  const std::size_t tokens = std::size_t(p.batch) * p.heads * p.length, es = size_of(p.dtype);
-  WorkspaceCarver workspace(p.workspace);
-  ForwardStageParams r = p;
-  r.w = workspace.take(p.w, tokens * p.key_dim * es);
-  r.u = workspace.take(p.u, tokens * p.value_dim * es);
-  if (bytes != nullptr) *bytes = workspace.bytes();
-  return r;
-}
-
 // The register scan when the inputs allow it: 16-bit, DK ≤ 128, DK and DV multiples of 8, rows of q,
 // k, W and U 16-byte aligned (cp.async), output pairs 4-byte aligned. Otherwise the fallback scan runs.
 bool register_scan(const ForwardStageParams& p) {
@@ -62,6 +51,25 @@ bool register_scan(const ForwardStageParams& p) {
          aligned_to(p.q, 16) && strides_multiple_of(p.q_strides, B, H, L, 8) && aligned_to(p.k, 16) &&
          strides_multiple_of(p.k_strides, B, H, L, 8) && aligned_to(p.w, 16) && aligned_to(p.u, 16) &&
          aligned_to(p.output, 4) && strides_multiple_of(p.output_strides, B, H, L, 2);
+}
+
+// W and U (and, for the register scan, its scores) from the workspace where the caller left them null, in
+// a fixed order; `bytes` receives the workspace size those need. Given scores the fallback scan leaves
+// unwritten.
+ForwardStageParams resolve(const ForwardStageParams& p, std::size_t* bytes) {
+  const std::size_t heads = std::size_t(p.batch) * p.heads, tokens = heads * p.length, es = size_of(p.dtype);
+  WorkspaceCarver workspace(p.workspace);
+  ForwardStageParams r = p;
+  r.w = workspace.take(p.w, tokens * p.key_dim * es);
+  r.u = workspace.take(p.u, tokens * p.value_dim * es);
+  if (register_scan(r)) {
+    const std::size_t C = p.chunk_size, blocks = heads * chunk_count(p.length, p.chunk_size);
+    r.scores = workspace.take(p.scores, blocks * C * C * es);
+  } else {
+    r.scores = nullptr;
+  }
+  if (bytes != nullptr) *bytes = workspace.bytes();
+  return r;
 }
 
 void require_shape(DType dtype, int batch, int heads, int length, const char* length_name, int key_dim, int value_dim) {
@@ -84,6 +92,7 @@ std::vector<TensorArgument> tensors_of(const ForwardStageParams& p) {
           {"u", p.u, contiguous(H, L, DV), L, DV, es, true, false},
           {"w_lo", p.w_lo, contiguous(H, L, DK), L, DK, es, true, false},
           {"u_lo", p.u_lo, contiguous(H, L, DV), L, DV, es, true, false},
+          {"scores", p.scores, contiguous(H, N, C * C), N, C * C, es, true, false},
           {"wy_system", p.wy_system, contiguous(H, N, C * C), N, C * C, 4, true, false},
           {"wy_inverse", p.wy_inverse, contiguous(H, N, C * C), N, C * C, 4, true, false},
           {"v_new", p.v_new, contiguous(H, L, DV), L, DV, 4, true, false},
@@ -264,6 +273,7 @@ bool uses_register_scan(const ForwardStageParams& p) { return register_scan(reso
 
 std::size_t workspace_bytes(const ForwardStageParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  require_chunk_size(p.chunk_size);  // the scores' size depends on it
   std::size_t bytes = 0;
   resolve(p, &bytes);
   return bytes;

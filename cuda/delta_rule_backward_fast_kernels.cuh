@@ -93,7 +93,10 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
   const int head = blockIdx.y, v0 = blockIdx.x * kTcSlice;
   const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
   const int k_steps = (DK + 15) / 16;
-  const int row_block = warp % kRowBlocks, column_group = warp / kRowBlocks;
+  // Row blocks mirrored in warps 4..7: a scheduler holds warps w and w + 4, which then carry a long and a short
+  // share of the triangular Pᵀ work (j ≥ i: row block 0 has the most), not two long ones.
+  const int row_block = warp / 4 % 2 ? kRowBlocks - 1 - warp % kRowBlocks : warp % kRowBlocks;
+  const int column_group = warp / kRowBlocks;
   const bool computes_output = warp < kRowBlocks * kColumnGroups;
   const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
   const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);

@@ -398,8 +398,10 @@ __device__ __forceinline__ void publish_state_part(const float (&S)[8][4], T* s_
 }
 
 struct TcScanLayout {
-  std::size_t s_hi, s_lo, queries, keys, w, v_new, v_decayed, gates, bytes;
+  std::size_t s_hi, s_lo, queries, keys, w, v_new, v_decayed, scores, gates, bytes;
 };
+// Row pitch of the scores tile: C + 8 elements, rows 16-byte aligned and ldmatrix without bank conflicts.
+__host__ __device__ constexpr int tc_scores_pitch(int chunk) { return chunk + 8; }
 __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
   TcScanLayout l{};
   l.s_hi = 0;
@@ -409,19 +411,21 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
   l.w = l.keys + chunk * kTcLd * 2;
   l.v_new = l.w + chunk * kTcLd * 2;
   l.v_decayed = l.v_new + chunk * kTcVLd * 2;
-  l.gates = l.v_decayed + chunk * kTcVLd * 2;
+  l.scores = l.v_decayed + chunk * kTcVLd * 2;
+  l.gates = l.scores + chunk * tc_scores_pitch(chunk) * 2;
   l.bytes = l.gates + chunk * 4;
   return l;
 }
 
 
-// Per chunk: (1) copy K and U in (cp.async; Q, W and g were prefetched during the previous
-// chunk), publish S_[c] from the registers to shared memory as hi + lo; barrier. (2) Each output
-// warp (16 rows, 16 or 32 value columns): V̄ = U − W Sᵀ, written back in place of U rounded to T
-// (and its decayed copy when gated); then Q Sᵀ and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M, P kept in
-// registers as an A operand (FlashAttention-2 style); barrier. (3) Q and W of the next chunk start
-// loading; O += P V̄ and the output stored from registers; every warp updates its 16 × 64 part of
-// S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its accumulators; barrier.
+// Per chunk: (1) copy K, U and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M in (cp.async; P rounded to T by the
+// prepare, p.scores; Q, W and g were prefetched during the previous chunk), publish S_[c] from the
+// registers to shared memory as hi + lo; barrier. (2) Each output warp (16 rows, 16 or 32 value
+// columns): V̄ = U − W Sᵀ, written back in place of U rounded to T (and its decayed copy when gated);
+// then Q Sᵀ; barrier. (3) Q and W of the next chunk start loading; O += P V̄ and the output stored
+// from registers; every warp updates its 16 × 64 part of S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its
+// accumulators; barrier. P depends on no state, so it is formed in the parallel prepare, not here in
+// the sequential chain (NOTES_delta.md, "Scores in the prepare").
 //
 // StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
 // operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
@@ -437,7 +441,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
-  constexpr int kScoreTiles = C / 8;
+  constexpr int kScoresPitch = tc_scores_pitch(C);
   constexpr int kStateTiles = kTcKeys / 2 / 8;  // n8 tiles of the warp's 16 × 64 state part
   constexpr TcScanLayout lay = tc_scan_layout(C);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -448,6 +452,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   T* w_s = reinterpret_cast<T*>(smem + lay.w);
   T* v_new_s = reinterpret_cast<T*>(smem + lay.v_new);       // [C][kTcVLd] U, then V̄ rounded to T
   T* v_decayed_s = reinterpret_cast<T*>(smem + lay.v_decayed);  // diag(γ_C/γ) V̄ rounded to T (gated)
+  T* scores_s = reinterpret_cast<T*>(smem + lay.scores);        // [C][C + 8] P, tiles on and below the diagonal
   float* gates = reinterpret_cast<float*>(smem + lay.gates);   // G_i · log2 e
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -491,6 +496,15 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
       copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
     }
   };
+  // The chunk's P ([C][C] rows of the prepare's scores): the 16×16 tiles on and below the diagonal, the
+  // only ones the output reads (the prepare writes no others).
+  auto load_scores = [&](int chunk) {
+    const T* src = static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C;
+    for (int e = threadIdx.x; e < C * (C / 8); e += kTcScanThreads) {
+      const int r = e / (C / 8), c = (e % (C / 8)) * 8;
+      if (c / 16 <= r / 16) copy_async_16(scores_s + r * kScoresPitch + c, src + r * C + c, true);
+    }
+  };
   float g_lo = 0.0f, g_hi = 0.0f;  // warp 0: raw log-gates of the chunk being loaded (i = lane, lane + 32)
   auto load_gates = [&](int t0, int size) {
     if (gated && warp == 0) {
@@ -522,6 +536,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
+    else load_scores(chunk);
     {
       T* out_hi = nullptr;  // the state pass's S_[c] pairs
       T* out_lo = nullptr;
@@ -548,9 +563,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
     __syncthreads();
 
-    // (2) V̄, then Q Sᵀ and P, for this warp's 16 rows.
+    // (2) V̄, then Q Sᵀ, for this warp's 16 rows.
     float O[kOutTiles][4];
-    unsigned P_op[kScoreTiles][2];  // P rounded to T, A-operand layout
     if (computes_output) {
       float V[kOutTiles][4];
 #pragma unroll
@@ -631,10 +645,6 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
       }
     }
     if constexpr (!StatePass) if (computes_output) {
-
-      float P[kScoreTiles][4];
-#pragma unroll
-      for (int n = 0; n < kScoreTiles; ++n) P[n][0] = P[n][1] = P[n][2] = P[n][3] = 0.0f;
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.0f;
 #pragma unroll
@@ -642,14 +652,6 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         if (kk >= k_steps) break;
         unsigned a[4];
         ldmatrix_x4(a, q_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n = 0; n < kScoreTiles; n += 2) {
-          if (n / 2 > row_block) break;  // above the diagonal block: masked anyway
-          unsigned bk[4];  // Kᵀ: K stored [token][key], plain ldmatrix gives the col-major B
-          ldmatrix_x4(bk, k_s + (8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
-          mma_16816<T>(P[n], a, bk[0], bk[1]);
-          mma_16816<T>(P[n + 1], a, bk[2], bk[3]);
-        }
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           const T* row = s_hi + (out_col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8;
@@ -662,30 +664,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           mma_16816<T>(O[n + 1], a, bl[2], bl[3]);
         }
       }
-      // O = diag(γ) Q Sᵀ; P = Q Kᵀ ⊙ Γ ⊙ M in fp32, rounded to T once as an operand (no gate_exp without
-      // gates: every decay is exactly 1, same bits).
+      if (gated)  // O = diag(γ) Q Sᵀ
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = i0 + g + 8 * half;
-        const float gate_r = gated ? gates[r] : 0.0f;
-        if (gated) {
-          const float decay = exp2_ftz(gate_r);
+        for (int half = 0; half < 2; ++half) {
+          const float decay = exp2_ftz(gates[i0 + g + 8 * half]);
 #pragma unroll
           for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
         }
-#pragma unroll
-        for (int n = 0; n < kScoreTiles; ++n) {
-          const int j = 8 * n + 2 * t;
-          float x0 = P[n][2 * half], x1 = P[n][2 * half + 1];
-          // Every entry of a tile up to the diagonal block is decayed, masked ones too, and the mask is a select
-          // afterwards (an inf or NaN it drops included): no per-entry branch (the ncu counters of session 8).
-          if (gated && n / 2 <= row_block) {
-            const float2 gj = *reinterpret_cast<const float2*>(gates + j);
-            x0 *= exp2_ftz(gate_r - gj.x), x1 *= exp2_ftz(gate_r - gj.y);
-          }
-          P_op[n][half] = pack_pair<T>(j <= r ? x0 : 0.0f, j + 1 <= r ? x1 : 0.0f);
-        }
-      }
     }
     __syncthreads();  // V̄ published; Q and W are no longer read
 
@@ -700,7 +685,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
       for (int jj = 0; jj < kRowBlocks; ++jj) {
         if (jj > row_block) break;
-        const unsigned a[4] = {P_op[2 * jj][0], P_op[2 * jj][1], P_op[2 * jj + 1][0], P_op[2 * jj + 1][1]};
+        unsigned a[4];  // P's 16 × 16 block (row block, jj) as the A operand
+        ldmatrix_x4(a, scores_s + (i0 + lane % 16) * kScoresPitch + jj * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int n = 0; n < kOutTiles; n += 2) {
           unsigned bv[4];  // V̄ stored [token][value]: transposed ldmatrix gives the col-major B

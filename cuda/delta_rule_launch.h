@@ -17,6 +17,9 @@ struct ForwardIntermediates {
   // the tensor-core backward, whose own forward reads W and U as these pairs (cuda/delta_rule_backward_fast.cu).
   void* w_lo = nullptr;              // [B, H, L, DK] dtype
   void* u_lo = nullptr;              // [B, H, L, DV] dtype
+  // The register scan's masked scores P = Q Kᵀ ⊙ Γ ⊙ M, rounded once to the dtype, formed by the prepare
+  // (16-bit inputs taking the register scan; the 16 × 16 tiles above the diagonal are not written).
+  void* scores = nullptr;            // [B, H, N, C, C] dtype
   float* wy_system = nullptr;        // [B, H, N, C, C] fp32: A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)
   float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹
   float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ

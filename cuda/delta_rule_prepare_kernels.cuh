@@ -6,12 +6,16 @@
 //   A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)   fp32, Gram on mma.sync (bf16/fp16) or fp32 FMA
 //   T = A⁻¹                                     fp32 FMA: 16×16 forward substitution, merges 16→32→64
 //   W = T diag(βγ) K,  U = T diag(β) V          fp32 factor split hi + lo in the dtype, two mma.sync
+//   P = Q Kᵀ ⊙ Γ ⊙ M (p.scores given)            the register scan's masked scores, rounded once to the dtype:
+//                                                formed here, beside K Kᵀ, so that the sequential scan does not
+//                                                (NOTES_delta.md, "Scores in the prepare")
 //
-// What differs from v9 (whose time went to waiting, NOTES_delta.md): K and V are requested at once by
-// cp.async (V lands while A and T are built), β and g alongside; the Gram product is mma.sync straight
-// into registers, where A is formed and stored; T is built in place of A in one fp32 buffer, whose bytes
-// then hold the factors' hi and lo parts (no separate factor space: 53 KB at C = 64, DK = DV = 128); the
-// W and U products pair a short and a long row block per warp so that every warp does the same work.
+// What differs from v9 (whose time went to waiting, NOTES_delta.md): K (and Q, when the scores are formed)
+// is requested at once by cp.async, β and g alongside, and V once A is built (it lands while T is); the
+// Gram product is mma.sync straight into registers, where A is formed and stored; T is built in place of A
+// in one fp32 buffer, whose bytes then hold the factors' hi and lo parts (no separate factor space: 53 KB
+// at C = 64, DK = DV = 128); the W and U products pair a short and a long row block per warp so that every
+// warp does the same work.
 #pragma once
 
 #include "cuda/delta_rule_forward_kernels.cuh"
@@ -43,7 +47,9 @@ __host__ __device__ inline WyAsyncLayout wy_prepare_async_layout(int element_siz
   WyAsyncLayout l{};
   Carver c;
   l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(round_up(key_dim, 16)) * element_size);
-  l.values = c.take(static_cast<std::size_t>(chunk) * operand_pitch(round_up(value_dim, 16)) * element_size);
+  // V's buffer holds Q first when the scores are formed (Q is read by the Gram loop, V only by U's product).
+  const int widest = round_up(value_dim > key_dim ? value_dim : key_dim, 16);
+  l.values = c.take(static_cast<std::size_t>(chunk) * operand_pitch(widest) * element_size);
   l.system = c.take(static_cast<std::size_t>(chunk) * system_pitch(chunk) * 4);
   l.beta = c.take(chunk * 4);
   l.gates = c.take(chunk * 4);
@@ -305,6 +311,44 @@ __device__ void wy_product_paired(const T* hi, const T* lo, const T* operand, in
   }
 }
 
+// acc += X_bi Kᵀ_bj over `steps` k-steps of 16 (X, K stored [token][key], row pitch `pitch`): the 16×16 tile
+// (bi, bj) of X Kᵀ on mma.sync, k in order.
+template <class T>
+__device__ __forceinline__ void gram_tile(float (&acc)[2][4], const T* x, const T* keys, int pitch, int bi, int bj, int steps) {
+  const int lane = threadIdx.x % 32;
+  for (int kk = 0; kk < steps; ++kk) {
+    unsigned a[4], b[4];  // Kᵀ as B: K stored [token][key], plain ldmatrix gives the col-major B
+    ldmatrix_x4(a, x + (16 * bi + lane % 16) * pitch + kk * 16 + (lane / 16) * 8);
+    ldmatrix_x4(b, keys + (16 * bj + (lane & 7) + ((lane >> 4) << 3)) * pitch + kk * 16 + ((lane >> 3) & 1) * 8);
+    mma_16816<T>(acc[0], a, b[0], b[1]);
+    mma_16816<T>(acc[1], a, b[2], b[3]);
+  }
+}
+
+// The register scan's masked scores P = Q Kᵀ ⊙ Γ ⊙ M for the 16×16 tile (bi, bj) on or below the diagonal,
+// from its fp32 accumulators, rounded once to T into the chunk's [C][C] block (`pitch` = C): the decay
+// exp2(G_i log2 e − G_j log2 e) and the select that masks j > i exactly as the scan formed them (the same
+// bits; `gates` G_i, null without gates, where every decay is 1). Tiles above the diagonal are never
+// written: the scan does not read them.
+template <class T>
+__device__ __forceinline__ void store_scores(const float (&qk)[2][4], T* block, int pitch, const float* gates, int bi, int bj) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = 16 * bi + g + 8 * half;
+    const float gate_i = gates != nullptr ? gates[i] * kLog2e : 0.0f;
+    unsigned pair[2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int j = 16 * bj + 8 * n + 2 * t;
+      float x0 = qk[n][2 * half], x1 = qk[n][2 * half + 1];
+      if (gates != nullptr) x0 *= exp2_ftz(gate_i - gates[j] * kLog2e), x1 *= exp2_ftz(gate_i - gates[j + 1] * kLog2e);
+      pair[n] = pack_pair<T>(j <= i ? x0 : 0.0f, j + 1 <= i ? x1 : 0.0f);
+    }
+    store_tile_pairs<T>(block + i * pitch + 16 * bj, pair[0], pair[1], t, true, 16);
+  }
+}
+
 // fp32 inputs (the correctness path): out_in = Σ_{k ≤ i} fl(T_ik s_k) operand_kn by fmaf, T read in place.
 template <int C>
 __device__ void wy_product_fp32(const float* sys, const float* scale, const float* operand, int op_pitch, float* out,
@@ -333,22 +377,23 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   extern __shared__ __align__(128) unsigned char smem[];
   const WyAsyncLayout lay = wy_prepare_async_layout(sizeof(T), C, DK, DV);
   T* keys = reinterpret_cast<T*>(smem + lay.keys);      // (C, DK) zero-padded
-  T* values = reinterpret_cast<T*>(smem + lay.values);  // (C, DV), lands while A and T are built
+  T* values = reinterpret_cast<T*>(smem + lay.values);  // (C, DV), lands while T is built; Q before it (scores)
   float* sys = reinterpret_cast<float*>(smem + lay.system);  // (C, C): A, then T, then the factors
   float* beta = reinterpret_cast<float*>(smem + lay.beta);
   float* gates = reinterpret_cast<float*>(smem + lay.gates);
   float* w_scale = reinterpret_cast<float*>(smem + lay.w_scale);  // β_j γ_j (β_j without gates)
 
-  // (1) Every load of the block at once: K, then V (cp.async groups), β and g.
+  // (1) The loads: K (and with the scores Q, into V's buffer) by cp.async, β and g; V once the Gram loop is
+  // done (it lands while T is built).
+  const bool scores = kTensorCore<T> && p.scores != nullptr;
   load_chunk_rows<T, C, kThreads>(keys, pk, chunk_rows(static_cast<const T*>(p.k), p.k_strides, b, h, begin), DK, size, dkp);
-  copy_async_commit();
-  load_chunk_rows<T, C, kThreads>(values, pv, chunk_rows(static_cast<const T*>(p.v), p.v_strides, b, h, begin), DV, size, dvp);
+  if (scores) load_chunk_rows<T, C, kThreads>(values, pk, chunk_rows(static_cast<const T*>(p.q), p.q_strides, b, h, begin), DK, size, dkp);
   copy_async_commit();
   const int tid = threadIdx.x;
   const ChunkRows<const T> beta_in = chunk_rows(static_cast<const T*>(p.beta), p.beta_strides, b, h, begin);
   if (tid < C) beta[tid] = tid < size ? to_float(*beta_in.row(tid)) : 0.0f;
   load_cumulative_gates(gates, chunk_rows(p.log_gate, p.log_gate_strides, b, h, begin).first, p.log_gate_strides.row, size, C);
-  copy_async_wait<1>();  // this thread's keys; the barrier publishes everyone's
+  copy_async_wait_all();  // this thread's keys (and queries); the barrier publishes everyone's
   __syncthreads();
 
   // (2) A_ij = β_i exp(G_i − G_j) k_i·k_j for j < i, in fp32, into the system buffer (and wy_system);
@@ -361,19 +406,21 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
       int bi, bj;
       lower_tile(tile, bi, bj);
       float acc[2][4] = {};
-      for (int kk = 0; kk < dkp / 16; ++kk) {
-        unsigned a[4], b[4];  // Kᵀ as B: K stored [token][key], plain ldmatrix gives the col-major B
-        ldmatrix_x4(a, keys + (16 * bi + lane % 16) * pk + kk * 16 + (lane / 16) * 8);
-        ldmatrix_x4(b, keys + (16 * bj + (lane & 7) + ((lane >> 4) << 3)) * pk + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_16816<T>(acc[0], a, b[0], b[1]);
-        mma_16816<T>(acc[1], a, b[2], b[3]);
-      }
+      gram_tile<T>(acc, keys, keys, pk, bi, bj, dkp / 16);
       for_each_accumulator_pair(acc, 16 * bi, 16 * bj, [&](float x0, float x1, int i, int j) {
         const float2 value = make_float2(system_entry(i, j, x0), system_entry(i, j + 1, x1));
         *reinterpret_cast<float2*>(sys + i * ps + j) = value;
         if (p.wy_system) store_float2(p.wy_system + block_cc() + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
       });
     }
+    if (scores)  // P = Q Kᵀ ⊙ Γ ⊙ M, Q in V's buffer
+      for (int tile = warp; tile < kTiles; tile += kWarps) {
+        int bi, bj;
+        lower_tile(tile, bi, bj);
+        float qk[2][4] = {};
+        gram_tile<T>(qk, values, keys, pk, bi, bj, dkp / 16);
+        store_scores<T>(qk, static_cast<T*>(p.scores) + block_cc(), C, gated ? gates : nullptr, bi, bj);
+      }
   } else {
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads) {
       const int i = idx / C, j = idx % C;
@@ -391,6 +438,9 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
       if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc() + idx] = 0.0f;
   if (tid < C) w_scale[tid] = gated ? beta[tid] * gate_exp(gates[tid]) : beta[tid];
   __syncthreads();
+  // V into its buffer (Q there has been read: the barrier above); it lands while T is built.
+  load_chunk_rows<T, C, kThreads>(values, pv, chunk_rows(static_cast<const T*>(p.v), p.v_strides, b, h, begin), DV, size, dvp);
+  copy_async_commit();
 
   // (3) T = A⁻¹ in place: diagonal blocks, then the merges (16 → 32 → 64).
   invert_diagonal_blocks<C, Policy>(sys);

@@ -89,7 +89,7 @@ using fk::Plant;
 
 struct EmulatedForward {
   Tensor q, k, v, beta, log_gate, initial_state;
-  Tensor output, final_state, w, u, v_new, a, t, boundary;
+  Tensor output, final_state, w, u, scores, v_new, a, t, boundary;
 };
 
 // Stage 1 and the register scan, launched as delta_rule.cu launches them (its register_scan() case).
@@ -118,7 +118,8 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   if (c.gated) m.log_gate = write("log_gate", in.log_gate, DType::f32);
   if (c.with_initial_state) m.initial_state = write("initial_state", in.initial_state, DType::f32);
   m.output = Tensor("output", d, B, H, L, DV), m.final_state = Tensor("final_state", DType::f32, B, H, DV, DK);
-  m.w = Tensor("w", d, B, H, L, DK), m.u = Tensor("u", d, B, H, L, DV), m.v_new = Tensor("v_new", DType::f32, B, H, L, DV);
+  m.w = Tensor("w", d, B, H, L, DK), m.u = Tensor("u", d, B, H, L, DV), m.scores = Tensor("scores", d, B, H, N * C, C);
+  m.v_new = Tensor("v_new", DType::f32, B, H, L, DV);
   m.a = Tensor("wy_system", DType::f32, B, H, N * C, C), m.t = Tensor("wy_inverse", DType::f32, B, H, N * C, C);
   m.boundary = Tensor("boundary_states", DType::f32, B, H, N * DV, DK);
 
@@ -128,6 +129,7 @@ ForwardResult emulate_forward(const DeltaCase& c, const HostInputs& in, ThreadOr
   p.q = m.q.data(), p.k = m.k.data(), p.v = m.v.data(), p.beta = m.beta.data();
   p.log_gate = static_cast<const float*>(m.log_gate.data()), p.initial_state = static_cast<const float*>(m.initial_state.data());
   p.output = m.output.data(), p.final_state = static_cast<float*>(m.final_state.data()), p.w = m.w.data(), p.u = m.u.data();
+  p.scores = m.scores.data();
   p.wy_system = static_cast<float*>(m.a.data()), p.wy_inverse = static_cast<float*>(m.t.data());
   p.v_new = static_cast<float*>(m.v_new.data()), p.boundary_states = static_cast<float*>(m.boundary.data());
 

@@ -73,6 +73,7 @@ ForwardBuffers allocate_forward(const DeltaCase& c, bool intermediates) {
   f.final_state = dt::allocate(DType::f32, B, H, c.value_dim, c.key_dim);
   f.w = dt::allocate(c.dtype, B, H, L, c.key_dim);
   f.u = dt::allocate(c.dtype, B, H, L, c.value_dim);
+  if (c.dtype != DType::f32) f.scores = dt::allocate(c.dtype, B, H, N * c.chunk, c.chunk);  // the register scan's P
   if (intermediates) {
     f.v_new = dt::allocate(DType::f32, B, H, L, c.value_dim);
     f.a = dt::allocate(DType::f32, B, H, N * c.chunk, c.chunk);
@@ -91,7 +92,7 @@ cuda::delta_rule::ForwardStageParams forward_params(const DeltaCase& c, const De
   p.log_gate = c.gated ? static_cast<const float*>(d.log_gate.device.data()) : nullptr;
   p.initial_state = c.with_initial_state ? static_cast<const float*>(d.initial_state.device.data()) : nullptr;
   p.output = f.output.data(), p.final_state = static_cast<float*>(f.final_state.data());
-  p.w = f.w.data(), p.u = f.u.data();
+  p.w = f.w.data(), p.u = f.u.data(), p.scores = f.scores.data();
   p.wy_system = static_cast<float*>(f.a.data());
   p.wy_inverse = static_cast<float*>(f.t.data());
   p.v_new = static_cast<float*>(f.v_new.data());

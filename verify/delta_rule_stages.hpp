@@ -80,7 +80,7 @@ struct ForwardResult {
 };
 
 struct ForwardBuffers {
-  DeviceTensor output, final_state, w, u, v_new, a, t, boundary;
+  DeviceTensor output, final_state, w, u, scores, v_new, a, t, boundary;
 };
 
 struct Units {
