@@ -176,7 +176,7 @@ TEST(KernelAliasing, DeltaRuleForwardOutputsOverlapNoOtherTensor) {
                    // The forward has no in-place state (decode has).
                    {[&](auto& p) { p.final_state = const_cast<float*>(p.initial_state); }, "final_state: overlaps initial_state"},
                    {[&](auto& p) { p.final_state = static_cast<float*>(a.slot(6)); }, "final_state: overlaps output"},
-                   // The workspace (W and U: 2·3·40·(16 + 8) bf16) is written too.
+                   // The workspace (W and U: 2·3·40·(16 + 8) bf16; the scores: 2·3·2 chunks of 32 × 32) is written too.
                    {[&](auto& p) { p.workspace = a.slot(0); }, "workspace: overlaps q"},
                    {[&](auto& p) { p.workspace = bytes_of(a.slot(4)) - 1024; }, "workspace: overlaps log_gate"}});
 }

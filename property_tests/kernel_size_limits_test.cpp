@@ -97,7 +97,7 @@ TEST(KernelSizeLimits, DeltaRuleRefusesLongerSequencesAndTakesTheLongest) {
     EXPECT_TRUE(names(rejection([&] { kdr::backward(delta_shape<kdr::BackwardParams>(length)); }), "length"));
     EXPECT_TRUE(names(rejection([&] { kdr::decode(delta_shape<kdr::DecodeParams>(length)); }), "tokens"));
   }
-  // The forward's workspace (W and U, 2·2³¹ rows of 128 bf16) is named first, then the tensors.
+  // The forward's workspace (W and U, 2·2³¹ rows of 128 bf16, and the scores) is named first, then the tensors.
   EXPECT_TRUE(names(rejection([&] { kdr::forward(delta_shape<kdr::ForwardParams>(longest)); }), "workspace"));
   EXPECT_TRUE(names(rejection([&] {
     auto p = delta_shape<kdr::ForwardParams>(longest);

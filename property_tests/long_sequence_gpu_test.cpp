@@ -162,7 +162,7 @@ void run_delta(vf::Op op, DType dtype) {
   p.q = q.get(), p.k = k.get(), p.v = v.get(), p.beta = beta.get();
   p.log_gate = op == vf::Op::gated_delta ? static_cast<const float*>(g.get()) : nullptr;
   p.output = o.get(), p.final_state = static_cast<float*>(s.get());
-  vf::DeviceBuffer workspace(cu::delta_rule::workspace_bytes(p));  // W and U: 2 · elements · 2 bytes
+  vf::DeviceBuffer workspace(cu::delta_rule::workspace_bytes(p));  // W and U (2 · elements · 2 bytes), the scores
   p.workspace = workspace.get();
   cu::delta_rule::forward(p);
   cu::check(cudaDeviceSynchronize(), "delta_rule::forward");
