@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   const int dkp = round_up(DK, 16), dvp = round_up(DV, 16), pk = operand_pitch(dkp), pv = operand_pitch(dvp);
   // The chunk's C×C block of wy_system / wy_inverse (packed), computed where used: fewer live registers.
   auto block_cc = [&] { return (static_cast<std::size_t>(head) * N + chunk) * C * C; };
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
   const bool gated = p.log_gate != nullptr;
 
   extern __shared__ __align__(128) unsigned char smem[];
