@@ -1,8 +1,8 @@
 #!/bin/bash
 # Session 10, call 2: eb46c05's bench, call 1's (scores in the prepare, Q in V's buffer) and this build's (Q in the
 # system buffer) one after another; the side-by-side run of DeltaNet and Gated DeltaNet with this build's kernels
-# (each judged by the oracle before it is timed); then every GPU suite with CI's seed and seeds 1..20 of the
-# forward suite, side by side on the machine.
+# (each judged by the oracle before it is timed); then every GPU suite with CI's seed beside the forward suite
+# under memcheck, racecheck and initcheck (call 1 ran seeds 1..20 of the forward suite on the same scan).
 set -u
 mkdir -p /tmp/r && tar -xJf .dev-pack/run.tar.xz -C /tmp/r
 for v in before mid; do xz -dc .dev-pack/bench_$v.xz > /tmp/r/bench_$v && chmod +x /tmp/r/bench_$v; done
@@ -28,13 +28,15 @@ for t in delta_rule_gpu_test delta_rule_backward_gpu_test delta_rule_strides_gpu
          linear_attention_gpu_test kernel_size_limits_test; do
   (RC_PARAMS="seed=20261129" timeout 150 ./$t --gtest_color=no > /tmp/suite_$t.log 2>&1; echo "$t rc=$?") &
 done > $OUT/suites.txt
-for s in $(seq 1 20); do
-  (RC_PARAMS="seed=$s max_success=4" timeout 150 ./delta_rule_gpu_test --gtest_color=no --gtest_filter='-*AccuracyAtDesign*' > /tmp/seed_$s.log 2>&1; echo "seed $s rc=$?") &
-  [ $((s % 10)) = 0 ] && wait
-done >> $OUT/suites.txt
+. /tmp/r/source.sh; SRC=$DELTAPROOF_BUILD_SOURCE  # the ctest files' absolute paths
+if [ -e "$SRC" ]; then mkdir -p "$SRC/build/release" && ln -sfn $B/property_tests "$SRC/build/release/property_tests"; else mkdir -p "$(dirname "$SRC")" && ln -sfn /tmp/r "$SRC"; fi
+timeout 200 ctest --test-dir $B/property_tests -L gpu-sanitize -R 'sanitize\.(memcheck|racecheck|initcheck)\.DeltaRuleGpu\.' \
+  -j 9 --timeout 190 > $OUT/sanitize.txt 2>&1
+echo "sanitize rc=$?" >> $OUT/summary.txt
 wait
-echo "suites and seeds $(( $(date +%s) - start )) s" >> $OUT/summary.txt
-tar -czf $OUT/logs.tgz -C /tmp $(cd /tmp && ls suite_*.log seed_*.log)
-cat $OUT/summary.txt; grep -v "rc=0" $OUT/suites.txt; echo "rc=0: $(grep -c 'rc=0' $OUT/suites.txt) of 26"
+echo "suites and sanitizers $(( $(date +%s) - start )) s" >> $OUT/summary.txt
+tar -czf $OUT/logs.tgz -C /tmp $(cd /tmp && ls suite_*.log)
+cat $OUT/summary.txt; grep -v "rc=0" $OUT/suites.txt; echo "rc=0: $(grep -c 'rc=0' $OUT/suites.txt) of 6"
+grep -hE "tests passed|tests failed|Failed|\*\*\*|Timeout" $OUT/sanitize.txt | head
 grep -hE "^\[  FAILED|accuracy \(bf16" /tmp/suite_*.log | cut -c1-200 | head
 tail -32 /tmp/sbs_log.txt
