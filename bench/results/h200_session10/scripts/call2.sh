@@ -1,8 +1,8 @@
 #!/bin/bash
 # Session 10, call 2: eb46c05's bench, call 1's (scores in the prepare, Q in V's buffer) and this build's (Q in the
-# system buffer) one after another; the side-by-side run of DeltaNet and Gated DeltaNet with this build's kernels
-# (each judged by the oracle before it is timed); then every GPU suite with CI's seed beside the forward suite
-# under memcheck, racecheck and initcheck (call 1 ran seeds 1..20 of the forward suite on the same scan).
+# system buffer) one after another; every GPU suite with CI's seed beside the forward suite under memcheck,
+# racecheck and initcheck (call 1 ran seeds 1..20 of the forward suite on the same scan); then the side-by-side run
+# of DeltaNet and Gated DeltaNet with this build's kernels (each judged by the oracle before it is timed).
 set -u
 mkdir -p /tmp/r && tar -xJf .dev-pack/run.tar.xz -C /tmp/r
 for v in before mid; do xz -dc .dev-pack/bench_$v.xz > /tmp/r/bench_$v && chmod +x /tmp/r/bench_$v; done
@@ -18,10 +18,6 @@ for v in before mid after; do
 done
 tar -czf $OUT/bench_json.tgz -C /tmp/bj .
 for v in before mid after; do echo "== $v"; grep -E "_median" /tmp/b_$v.txt | awk '{print $1, $2}' | sed 's/_median//; s|/iterations:1/repeats:60/manual_time||'; done
-start=$(date +%s)
-OUT=/tmp/sbs timeout 330 bash bench/h200/side_by_side.sh delta,gated-delta --budget-s 290 > /tmp/sbs_log.txt 2>&1
-echo "side by side rc=$? $(( $(date +%s) - start )) s" > $OUT/summary.txt
-cp /tmp/sbs_log.txt $OUT/side_by_side.log; tar -czf $OUT/side_by_side.tgz -C /tmp sbs
 cd $B/property_tests
 start=$(date +%s)
 for t in delta_rule_gpu_test delta_rule_backward_gpu_test delta_rule_strides_gpu_test bad_inputs_gpu_test \
@@ -39,4 +35,9 @@ tar -czf $OUT/logs.tgz -C /tmp $(cd /tmp && ls suite_*.log)
 cat $OUT/summary.txt; grep -v "rc=0" $OUT/suites.txt; echo "rc=0: $(grep -c 'rc=0' $OUT/suites.txt) of 6"
 grep -hE "tests passed|tests failed|Failed|\*\*\*|Timeout" $OUT/sanitize.txt | head
 grep -hE "^\[  FAILED|accuracy \(bf16" /tmp/suite_*.log | cut -c1-200 | head
+cd - > /dev/null
+start=$(date +%s)
+OUT=/tmp/sbs timeout 280 bash bench/h200/side_by_side.sh delta,gated-delta --budget-s 240 > /tmp/sbs_log.txt 2>&1
+echo "side by side rc=$? $(( $(date +%s) - start )) s" >> $OUT/summary.txt
+cp /tmp/sbs_log.txt $OUT/side_by_side.log; tar -czf $OUT/side_by_side.tgz -C /tmp sbs
 tail -32 /tmp/sbs_log.txt
