@@ -7,12 +7,12 @@
 //   T = A⁻¹                                     fp32 FMA: 16×16 forward substitution, merges 16→32→64
 //   W = T diag(βγ) K,  U = T diag(β) V          fp32 factor split hi + lo in the dtype, two mma.sync
 //   P = Q Kᵀ ⊙ Γ ⊙ M (p.scores given)            the register scan's masked scores, rounded once to the dtype:
-//                                                formed here, before K Kᵀ, so that the sequential scan does not
+//                                                formed here, beside K Kᵀ, so that the sequential scan does not
 //                                                (NOTES_delta.md, "Scores in the prepare")
 //
 // What differs from v9 (whose time went to waiting, NOTES_delta.md): K (and Q, when the scores are formed)
-// and V are requested at once by cp.async (V lands while A and T are built), β and g alongside; the Gram
-// product is mma.sync straight into registers, where A is formed and stored; T is built in place of A
+// is requested at once by cp.async, β and g alongside, and V once A is built (it lands while T is); the
+// Gram product is mma.sync straight into registers, where A is formed and stored; T is built in place of A
 // in one fp32 buffer, whose bytes then hold the factors' hi and lo parts (no separate factor space: 53 KB
 // at C = 64, DK = DV = 128); the W and U products pair a short and a long row block per warp so that every
 // warp does the same work.
@@ -47,12 +47,10 @@ __host__ __device__ inline WyAsyncLayout wy_prepare_async_layout(int element_siz
   WyAsyncLayout l{};
   Carver c;
   l.keys = c.take(static_cast<std::size_t>(chunk) * operand_pitch(round_up(key_dim, 16)) * element_size);
-  l.values = c.take(static_cast<std::size_t>(chunk) * operand_pitch(round_up(value_dim, 16)) * element_size);
-  // The system buffer holds Q until A is written there, when the scores are formed (16-bit inputs, DK ≤ 128):
-  // sized for both (Q is the larger at C = 16 and 32 only, where blocks are small).
-  const std::size_t system = static_cast<std::size_t>(chunk) * system_pitch(chunk) * 4;
-  const std::size_t queries = element_size < 4 && key_dim <= 128 ? static_cast<std::size_t>(chunk) * operand_pitch(round_up(key_dim, 16)) * element_size : 0;
-  l.system = c.take(system > queries ? system : queries);
+  // V's buffer holds Q first when the scores are formed (Q is read by the Gram loop, V only by U's product).
+  const int widest = round_up(value_dim > key_dim ? value_dim : key_dim, 16);
+  l.values = c.take(static_cast<std::size_t>(chunk) * operand_pitch(widest) * element_size);
+  l.system = c.take(static_cast<std::size_t>(chunk) * system_pitch(chunk) * 4);
   l.beta = c.take(chunk * 4);
   l.gates = c.take(chunk * 4);
   l.w_scale = c.take(chunk * 4);
@@ -379,25 +377,23 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   extern __shared__ __align__(128) unsigned char smem[];
   const WyAsyncLayout lay = wy_prepare_async_layout(sizeof(T), C, DK, DV);
   T* keys = reinterpret_cast<T*>(smem + lay.keys);      // (C, DK) zero-padded
-  T* values = reinterpret_cast<T*>(smem + lay.values);  // (C, DV), lands while A and T are built
+  T* values = reinterpret_cast<T*>(smem + lay.values);  // (C, DV), lands while T is built; Q before it (scores)
   float* sys = reinterpret_cast<float*>(smem + lay.system);  // (C, C): A, then T, then the factors
-  T* queries = reinterpret_cast<T*>(sys);                    // (C, DK) before A (the scores only)
   float* beta = reinterpret_cast<float*>(smem + lay.beta);
   float* gates = reinterpret_cast<float*>(smem + lay.gates);
   float* w_scale = reinterpret_cast<float*>(smem + lay.w_scale);  // β_j γ_j (β_j without gates)
 
-  // (1) Every load of the block at once: K (and Q, for the scores), then V (cp.async groups), β and g.
+  // (1) The loads: K (and with the scores Q, into V's buffer) by cp.async, β and g; V once the Gram loop is
+  // done (it lands while T is built).
   const bool scores = kTensorCore<T> && p.scores != nullptr;
   load_chunk_rows<T, C, kThreads>(keys, pk, chunk_rows(static_cast<const T*>(p.k), p.k_strides, b, h, begin), DK, size, dkp);
-  if (scores) load_chunk_rows<T, C, kThreads>(queries, pk, chunk_rows(static_cast<const T*>(p.q), p.q_strides, b, h, begin), DK, size, dkp);
-  copy_async_commit();
-  load_chunk_rows<T, C, kThreads>(values, pv, chunk_rows(static_cast<const T*>(p.v), p.v_strides, b, h, begin), DV, size, dvp);
+  if (scores) load_chunk_rows<T, C, kThreads>(values, pk, chunk_rows(static_cast<const T*>(p.q), p.q_strides, b, h, begin), DK, size, dkp);
   copy_async_commit();
   const int tid = threadIdx.x;
   const ChunkRows<const T> beta_in = chunk_rows(static_cast<const T*>(p.beta), p.beta_strides, b, h, begin);
   if (tid < C) beta[tid] = tid < size ? to_float(*beta_in.row(tid)) : 0.0f;
   load_cumulative_gates(gates, chunk_rows(p.log_gate, p.log_gate_strides, b, h, begin).first, p.log_gate_strides.row, size, C);
-  copy_async_wait<1>();  // this thread's keys (and queries); the barrier publishes everyone's
+  copy_async_wait_all();  // this thread's keys (and queries); the barrier publishes everyone's
   __syncthreads();
 
   // (2) A_ij = β_i exp(G_i − G_j) k_i·k_j for j < i, in fp32, into the system buffer (and wy_system);
@@ -406,16 +402,6 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
     return j < i ? (gated ? beta[i] * gram * gate_exp(gates[i] - gates[j]) : beta[i] * gram) : 0.0f;
   };
   if constexpr (kTensorCore<T>) {
-    if (scores) {  // P = Q Kᵀ ⊙ Γ ⊙ M first: A is written over Q
-      for (int tile = warp; tile < kTiles; tile += kWarps) {
-        int bi, bj;
-        lower_tile(tile, bi, bj);
-        float qk[2][4] = {};
-        gram_tile<T>(qk, queries, keys, pk, bi, bj, dkp / 16);
-        store_scores<T>(qk, static_cast<T*>(p.scores) + block_cc(), C, gated ? gates : nullptr, bi, bj);
-      }
-      __syncthreads();
-    }
     for (int tile = warp; tile < kTiles; tile += kWarps) {
       int bi, bj;
       lower_tile(tile, bi, bj);
@@ -427,6 +413,14 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
         if (p.wy_system) store_float2(p.wy_system + block_cc() + i * C + j, i == j ? 1.0f : value.x, i == j + 1 ? 1.0f : value.y);
       });
     }
+    if (scores)  // P = Q Kᵀ ⊙ Γ ⊙ M, Q in V's buffer
+      for (int tile = warp; tile < kTiles; tile += kWarps) {
+        int bi, bj;
+        lower_tile(tile, bi, bj);
+        float qk[2][4] = {};
+        gram_tile<T>(qk, values, keys, pk, bi, bj, dkp / 16);
+        store_scores<T>(qk, static_cast<T*>(p.scores) + block_cc(), C, gated ? gates : nullptr, bi, bj);
+      }
   } else {
     for (int idx = threadIdx.x; idx < C * C; idx += kThreads) {
       const int i = idx / C, j = idx % C;
@@ -444,6 +438,9 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
       if ((idx % C) / 16 > (idx / C) / 16) p.wy_system[block_cc() + idx] = 0.0f;
   if (tid < C) w_scale[tid] = gated ? beta[tid] * gate_exp(gates[tid]) : beta[tid];
   __syncthreads();
+  // V into its buffer (Q there has been read: the barrier above); it lands while T is built.
+  load_chunk_rows<T, C, kThreads>(values, pv, chunk_rows(static_cast<const T*>(p.v), p.v_strides, b, h, begin), DV, size, dvp);
+  copy_async_commit();
 
   // (3) T = A⁻¹ in place: diagonal blocks, then the merges (16 → 32 → 64).
   invert_diagonal_blocks<C, Policy>(sys);
