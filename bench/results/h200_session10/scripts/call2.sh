@@ -1,23 +1,23 @@
 #!/bin/bash
-# Session 10, call 2: eb46c05's bench, call 1's (scores in the prepare, Q in V's buffer) and this build's (Q in the
-# system buffer) one after another; every GPU suite with CI's seed beside the forward suite under memcheck,
-# racecheck and initcheck (call 1 ran seeds 1..20 of the forward suite on the same scan); then the side-by-side run
-# of DeltaNet and Gated DeltaNet with this build's kernels (each judged by the oracle before it is timed).
+# Session 10, call 2: eb46c05's bench and this build's (call 1's kernels again, rebuilt) one after the other;
+# every GPU suite with CI's seed beside the forward suite under memcheck, racecheck and initcheck (call 1 ran seeds
+# 1..20 of the forward suite on these kernels); then the side-by-side run of DeltaNet and Gated DeltaNet with this
+# build's kernels (each judged by the oracle before it is timed).
 set -u
 mkdir -p /tmp/r && tar -xJf .dev-pack/run.tar.xz -C /tmp/r
-for v in before mid; do xz -dc .dev-pack/bench_$v.xz > /tmp/r/bench_$v && chmod +x /tmp/r/bench_$v; done
+for v in before; do xz -dc .dev-pack/bench_$v.xz > /tmp/r/bench_$v && chmod +x /tmp/r/bench_$v; done
 tar -xJf .dev-pack/sbs.tar.xz  # .peers, build/release/python/deltaproof, build/release/bench/h200/libdeltaproof_kernels.so
 B=/tmp/r/build/release; export LD_LIBRARY_PATH=/tmp/r/lib
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > $OUT/gpu.txt
 F='BM_DeltaRule(WyPrepare|ChunkScan|Forward|BackwardPrepare)/|BM_DeltaRuleForwardBackward/C:64'
 mkdir -p /tmp/bj
-for v in before mid after; do
+for v in before after; do
   bin=$B/bench/bench_delta_rule_cuda; [ $v != after ] && bin=/tmp/r/bench_$v
   timeout 100 $bin --benchmark_filter="$F" --benchmark_out=/tmp/bj/bench_$v.json --benchmark_out_format=json > /tmp/b_$v.txt 2>&1
   echo "$v rc=$?"
 done
 tar -czf $OUT/bench_json.tgz -C /tmp/bj .
-for v in before mid after; do echo "== $v"; grep -E "_median" /tmp/b_$v.txt | awk '{print $1, $2}' | sed 's/_median//; s|/iterations:1/repeats:60/manual_time||'; done
+for v in before after; do echo "== $v"; grep -E "_median" /tmp/b_$v.txt | awk '{print $1, $2}' | sed 's/_median//; s|/iterations:1/repeats:60/manual_time||'; done
 cd $B/property_tests
 start=$(date +%s)
 for t in delta_rule_gpu_test delta_rule_backward_gpu_test delta_rule_strides_gpu_test bad_inputs_gpu_test \
