@@ -478,6 +478,32 @@ __device__ __forceinline__ void tc_output(const Pass& p, void* out_matrix, const
     }
 }
 
+// A warp's state slice in the accumulator layout: rows row + {0, 8} (row = the warp's first state row + g),
+// columns col + 8·n + {0, 1} (col = its first key column + 2t). Entries outside V × K are zero, never stored.
+template <class Policy>
+__device__ __forceinline__ void load_state_slice(float (&S)[kTcStateKeys / 8][4], const Pass& p, int b, int h, int row,
+                                                 int col) {
+#pragma unroll
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int r = row + (x / 2) * 8, c = col + 8 * n + x % 2;
+      S[n][x] = (reads_initial<Policy>(p) && r < p.value_dim && c < p.key_dim)
+                    ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + r * p.s0_r + c * p.s0_c]
+                    : 0.f;
+    }
+}
+__device__ __forceinline__ void store_state_slice(const float (&S)[kTcStateKeys / 8][4], float* dst, std::int64_t row_stride,
+                                                  std::int64_t col_stride, int V, int K, int row, int col) {
+#pragma unroll
+  for (int n = 0; n < kTcStateKeys / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int r = row + (x / 2) * 8, c = col + 8 * n + x % 2;
+      if (r < V && c < K) dst[r * row_stride + c * col_stride] = S[n][x];
+    }
+}
+
 // A pass p (q', k', v' → out); with kFusedDkDv, p is the dV pass and dk the dK pass of the same
 // reversed scan (dk.q = V; its k and v are p's v and k).
 template <int C, bool kFusedDkDv, class Policy>
@@ -500,18 +526,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
   const int state_rows = 16 * (warp % kTcStateRowBlocks), state_key0 = kTcStateKeys * (warp / kTcStateRowBlocks);
   const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
 
-  // State rows state_rows + {g, g+8}, key columns state_key0 + 8·n + 2t + {0, 1}: accumulator layout.
   float S[kTcStateKeys / 8][4];
-  const int s_row0 = state_rows + g;
-#pragma unroll
-  for (int n = 0; n < kTcStateKeys / 8; ++n)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-      S[n][x] = (reads_initial<Policy>(p) && row < V && col < K)
-                    ? static_cast<const float*>(p.s0)[b * p.s0_b + h * p.s0_h + row * p.s0_r + col * p.s0_c]
-                    : 0.f;
-    }
+  load_state_slice<Policy>(S, p, b, h, state_rows + g, state_key0 + 2 * t);
 
   const int chunks = chunks_of<Policy, C>(p);
   const auto tile = [&](int n, int which) { return tiles + ((n % 2) * kTiles + which) * 64 * kTcLd; };
@@ -541,12 +557,10 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
         split_operand<Policy>(S[n][2 * half], S[n][2 * half + 1], hi, lo);
         *reinterpret_cast<unsigned*>(Shi + r * kTcLd + c) = hi;
         *reinterpret_cast<unsigned*>(Slo + r * kTcLd + c) = lo;
-        if (p.boundary && r < V)
-          for (int x = 0; x < 2; ++x)
-            if (c + x < K)
-              static_cast<float*>(p.boundary)[((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K +
-                                              std::int64_t(r) * K + c + x] = S[n][2 * half + x];
       }
+    if (p.boundary)
+      store_state_slice(S, static_cast<float*>(p.boundary) + ((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K,
+                        K, 1, V, K, state_rows + g, state_key0 + 2 * t);
     // This thread's copies of chunk c have landed (only the next chunk's group may be pending);
     // the barrier publishes everyone's.
     if (n_chunk + 1 < chunks) copy_async_wait<1>();
@@ -585,14 +599,175 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
     __syncthreads();  // S_hi/lo, P and this chunk's tiles are rewritten next
   }
   if (p.s_final)
+    store_state_slice(S, static_cast<float*>(p.s_final) + b * p.sf_b + h * p.sf_h, p.sf_r, p.sf_c, V, K, state_rows + g,
+                      state_key0 + 2 * t);
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core forward pass (the forward and the dQ pass), v10: the state never goes through shared
+// memory. ncu on v9's pass (NOTES.md, session 11) put the shared-memory pipe at 69 % of its wavefronts,
+// 40 % of them the state's hi/lo copy that each of four row-block warps read for Q Sᵀ. Here each warp
+// multiplies its own state slice (the accumulators of pass_tensor_core's layout: rows 16·(w%8).., keys
+// 64·(w/8)..) into the output, transposed: Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A
+// operand (two neighbouring n8 accumulator tiles are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's
+// column blocks (the other half in the other key half's warp, the same work), and the two key halves'
+// partial Oᵀ meet in shared memory: the upper half publishes its partial (a barrier of the warp pair), the
+// lower adds it and writes O as bf16 into a tile that its 256 threads store row by row. Per chunk:
+//   1. wait for chunk c; barrier; start copying chunk c + 1 (every read of its buffer, chunk c − 1's, is
+//      behind that barrier);
+//   2. score blocks → P as hi/lo (tc_scores); Oᵀ = S_[c] Qᵀ over this warp's keys; S += Vᵀ K; barrier;
+//   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; the pair's partials summed; O stored.
+// Sums: the same products as v9's tc_output (the same hi/lo operands), in another order: per key half, the
+// state products k-step by k-step, then P's; the halves added once.
+
+struct TcForwardLayout {
+  static constexpr unsigned tile = 64 * kTcLd * 2;
+  static constexpr unsigned phi = 0, plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2,
+                            partials = tiles + 2 * 3 * tile,              // [8 row blocks][64 / 8][32 lanes] float4
+                            out = partials + kTcStateRowBlocks * 64 * 16 * 4,  // [64][kTcLd] bf16 output tile
+                            bytes = out + tile;
+};
+static_assert(TcForwardLayout::bytes <= 227 * 1024, "the forward pass must fit one SM's shared memory");
+
+// Named barriers (0 is __syncthreads'): 1 for the lower key half's 256 threads, 2 + r for the warp pair of
+// state row block r.
+__device__ __forceinline__ void barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int C, class Policy>
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p, bool vec) {
+  constexpr int kBlocks = C / 16, kTokenTiles = C / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Phi = reinterpret_cast<bf16*>(smem + TcForwardLayout::phi);  // [64][kTcPLd] masked scores
+  bf16* Plo = reinterpret_cast<bf16*>(smem + TcForwardLayout::plo);
+  bf16* tiles = reinterpret_cast<bf16*>(smem + TcForwardLayout::tiles);  // [2][3][64][kTcLd]: q', k', v'
+  float4* partials = reinterpret_cast<float4*>(smem + TcForwardLayout::partials);
+  bf16* out_tile = reinterpret_cast<bf16*>(smem + TcForwardLayout::out);  // [64][kTcLd]: O rows (tokens)
+  const unsigned smem_base = smem_address(smem);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int row_block = warp / TcShape<C>::kColumnGroups, column_group = warp % TcShape<C>::kColumnGroups;
+  const bool computes_scores = warp < kBlocks * TcShape<C>::kColumnGroups;
+  const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
+  const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;
+  const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
+
+  float S[kTcStateKeys / 8][4];
+  load_state_slice<Policy>(S, p, b, h, state_rows + g, state_key0 + 2 * t);
+
+  const int chunks = chunks_of<Policy, C>(p);
+  const auto tile = [&](int n, int which) { return tiles + ((n % 2) * 3 + which) * 64 * kTcLd; };
+  const auto copy_chunk = [&](int n) {  // chunk n into buffer n % 2, one commit group
+    const int t0 = n * C, cn = min(C, L - t0);
+    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
+    copy_async_commit();
+  };
+  if (chunks > 0) copy_chunk(0);
+  for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
+    const int t0 = n_chunk * C, cn = min(C, L - t0);
+    const unsigned qt = smem_address(tile(n_chunk, 0)), kt = smem_address(tile(n_chunk, 1)),
+                   vt = smem_address(tile(n_chunk, 2));
+    // 1. S_[c] exposed when asked; chunk c landed and published; chunk c + 1 requested.
+    if (p.boundary)
+      store_state_slice(S, static_cast<float*>(p.boundary) + ((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K,
+                        K, 1, V, K, state_rows + g, state_key0 + 2 * t);
+    copy_async_wait<0>();
+    __syncthreads();
+    if (n_chunk + 1 < chunks) copy_chunk(n_chunk + 1);
+
+    // 2. Score blocks; Oᵀ = S_[c] Qᵀ over this warp's keys (Q stored [token][key]: plain ldmatrix gives the
+    //    col-major B); then S += Vᵀ K.
+    if (computes_scores) tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, row_block, column_group, lane);
+    float O[kTokenTiles][4];
 #pragma unroll
-    for (int n = 0; n < kTcStateKeys / 8; ++n)
+    for (int n = 0; n < kTokenTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+    const unsigned q_rows = qt + lo136.b + state_key0 * 2;
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int row = s_row0 + (x / 2) * 8, col = state_key0 + 8 * n + 2 * t + x % 2;
-        if (row < V && col < K)
-          static_cast<float*>(p.s_final)[b * p.sf_b + h * p.sf_h + row * p.sf_r + col * p.sf_c] = S[n][x];
+    for (int kk = 0; kk < kTcStateKeys / 16; ++kk) {
+      unsigned ah[4], al[4], bq[kBlocks][4];
+#pragma unroll
+      for (int m = 0; m < kBlocks; ++m) ldmatrix_x4(bq[m], q_rows + (16 * m * kTcLd + 16 * kk) * 2);
+      split_operand<Policy>(S[2 * kk][0], S[2 * kk][1], ah[0], al[0]);
+      split_operand<Policy>(S[2 * kk][2], S[2 * kk][3], ah[1], al[1]);
+      split_operand<Policy>(S[2 * kk + 1][0], S[2 * kk + 1][1], ah[2], al[2]);
+      split_operand<Policy>(S[2 * kk + 1][2], S[2 * kk + 1][3], ah[3], al[3]);
+      mma_row(O, ah, bq);
+      mma_row(O, al, bq);
+    }
+    const unsigned v_rows = vt + lo136.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
+#pragma unroll
+    for (int jj = 0; jj < kBlocks; ++jj) {
+      if (jj * 16 >= cn) break;  // zero rows add nothing
+      unsigned a[4], bk[kTcStateKeys / 16][4];
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
+#pragma unroll
+      for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
+      mma_row(S, a, bk);
+    }
+    __syncthreads();  // P is published
+
+    // 3. Oᵀ += Vᵀ Pᵀ over the column blocks jj of P this key half takes (jj = 0, 3 and 1, 2 at C = 64: the
+    //    same number of tiles); Pᵀ's B fragments are P's rows i ≥ jj, stored [i][j]: plain ldmatrix.
+#pragma unroll
+    for (int jj = 0; jj < kBlocks; ++jj) {
+      if (((jj + 1) >> 1 & 1) != key_half) continue;
+      unsigned a[4];
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
+      const unsigned p_rows = smem_base + TcForwardLayout::phi + lo72.b + jj * 32;
+#pragma unroll
+      for (int ib = jj; ib < kBlocks; ++ib) {
+        unsigned bh[4], bl[4];
+        ldmatrix_x4(bh, p_rows + 16 * ib * kTcPLd * 2);
+        ldmatrix_x4(bl, p_rows + (TcForwardLayout::plo - TcForwardLayout::phi) + 16 * ib * kTcPLd * 2);
+        mma_16816<bf16>(O[2 * ib], a, bh[0], bh[1]);
+        mma_16816<bf16>(O[2 * ib + 1], a, bh[2], bh[3]);
+        mma_16816<bf16>(O[2 * ib], a, bl[0], bl[1]);
+        mma_16816<bf16>(O[2 * ib + 1], a, bl[2], bl[3]);
       }
+    }
+    float4* pair = partials + state_block * kTokenTiles * 32 + lane;
+    if (key_half == 1) {
+#pragma unroll
+      for (int n = 0; n < kTokenTiles; ++n) pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]);
+      barrier_arrive(2 + state_block, 64);
+      continue;
+    }
+    barrier_sync(2 + state_block, 64);
+    // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
+#pragma unroll
+    for (int n = 0; n < kTokenTiles; ++n) {
+      const float4 upper = pair[n * 32];
+      const float sum[4] = {O[n][0] + upper.x, O[n][1] + upper.y, O[n][2] + upper.z, O[n][3] + upper.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
+    }
+    barrier_sync(1, 256);  // the lower key half's rows of the tile are complete
+    bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+    if (vec) {  // rows 16-byte aligned, V a multiple of 8: 16 bytes a thread, whole rows per warp
+      for (int e = threadIdx.x; e < cn * (kTcDim / 8); e += 256) {
+        const int i = e / (kTcDim / 8), c = (e % (kTcDim / 8)) * 8;
+        if (c < V) *reinterpret_cast<uint4*>(out + token_row(p, t0 + i) * p.out_s.row + c) =
+                       *reinterpret_cast<const uint4*>(out_tile + i * kTcLd + c);
+      }
+    } else {
+      for (int e = threadIdx.x; e < cn * kTcDim; e += 256) {
+        const int i = e / kTcDim, c = e % kTcDim;
+        if (c < V) out[token_row(p, t0 + i) * p.out_s.row + c] = out_tile[i * kTcLd + c];
+      }
+    }
+  }
+  if (p.s_final)
+    store_state_slice(S, static_cast<float*>(p.s_final) + b * p.sf_b + h * p.sf_h, p.sf_r, p.sf_c, V, K, state_rows + g,
+                      state_key0 + 2 * t);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -651,10 +826,17 @@ template <int C, bool kFused, class Policy>
 void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
   const std::string name =
       "linear_attention pass_tensor_core<C=" + std::to_string(C) + (kFused ? ", fused dK/dV>" : ">");
-  constexpr int smem = static_cast<int>(TcLayout::bytes(kFused ? 4 : 3));
-  check(cudaFuncSetAttribute(pass_tensor_core<C, kFused, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-        "cudaFuncSetAttribute for " + name);
-  pass_tensor_core<C, kFused, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
+  if constexpr (kFused) {
+    constexpr int smem = static_cast<int>(TcLayout::bytes(4));
+    check(cudaFuncSetAttribute(pass_tensor_core<C, true, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "cudaFuncSetAttribute for " + name);
+    pass_tensor_core<C, true, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
+  } else {
+    constexpr int smem = static_cast<int>(TcForwardLayout::bytes);
+    check(cudaFuncSetAttribute(pass_tensor_core_forward<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "cudaFuncSetAttribute for " + name);
+    pass_tensor_core_forward<C, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, vec);
+  }
   check_launch(name);
 }
 
