@@ -275,18 +275,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
-// single cast would add (bound: reference/linear_attention_kernel_bound.hpp). The input tiles
-// are double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed. Per chunk:
+// single cast would add (bound: verify/linear_attention_kernel_bound.hpp). The input tiles
+// are double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed.
+// The forward-type passes (forward, dQ) run pass_tensor_core_forward (below), where the state never
+// leaves the registers. The fused dK/dV pass, pass_tensor_core_dk_dv, runs the dV pass (q'=K, k'=Q,
+// v'=dO, state G) and, on the same chunk tiles and the same published G, the dK output
+// dK = V G + (V dOᵀ ⊙ Mᵀ) Q: one reversed scan instead of two. Per chunk:
 //   1. each warp writes its state rows to shared memory as hi/lo; wait for chunk c's copy; barrier;
 //   2. each 16×16 score block is computed once, masked and written to shared memory as hi/lo,
 //      while the warps with fewer blocks update their state rows (S += Vᵀ K); barrier;
-//   3. each warp computes O = P V + Q Sᵀ for 16 rows and a group of value columns; barrier.
+//   3. each warp computes O = P V + Q Sᵀ for 16 rows and a group of value columns; barrier;
+//   4. steps 2 and 3 once more for dK, with G read transposed.
 // Consecutive warps share a row block, so each scheduler (warp % 4) gets a mix of the light (top)
 // and heavy (far from the diagonal) row blocks.
-//
-// The fused dK/dV pass runs the dV pass (q'=K, k'=Q, v'=dO, state G) and, on the same chunk
-// tiles and the same published G, the dK output dK = V G + (V dOᵀ ⊙ Mᵀ) Q (steps 2 and 3 once
-// more, with G read transposed): one reversed scan instead of two.
 
 using bf16 = __nv_bfloat16;
 using namespace tensor_core;
@@ -295,15 +296,15 @@ constexpr int kTcStateRowBlocks = kTcDim / 16;                        // 16-row 
 constexpr int kTcStateKeys = kTcDim * kTcStateRowBlocks / kTcWarps;   // key columns of the state each warp owns
 constexpr int kTcLd = kTcDim + 8, kTcPLd = 64 + 8;  // padded rows (elements): ldmatrix without bank conflicts
 
-// Byte offsets: the state as hi/lo, the masked scores as hi/lo, then the chunk tiles [64][kTcLd]
-// (three for a pass: q', k', v'; four for the fused dK/dV pass: K, Q, dO, V), two buffers each.
+// The fused dK/dV pass's byte offsets: the state as hi/lo, the masked scores as hi/lo, then the chunk
+// tiles [64][kTcLd] (K, Q, dO, V), two buffers each.
 struct TcLayout {
   static constexpr unsigned tile = 64 * kTcLd * 2;
   static constexpr unsigned shi = 0, slo = shi + kTcDim * kTcLd * 2, phi = slo + kTcDim * kTcLd * 2,
                             plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2;
-  static constexpr unsigned bytes(int tile_count) { return tiles + 2 * tile_count * tile; }
+  static constexpr unsigned bytes = tiles + 2 * 4 * tile;
 };
-static_assert(TcLayout::bytes(4) <= 227 * 1024, "the fused pass must fit one SM's shared memory");
+static_assert(TcLayout::bytes <= 227 * 1024, "the fused pass must fit one SM's shared memory");
 
 // An fp32 operand pair as bf16 hi + lo (tensor_core.cuh), or hi alone where a policy plants that bug.
 template <class Policy>
@@ -504,12 +505,12 @@ __device__ __forceinline__ void store_state_slice(const float (&S)[kTcStateKeys 
     }
 }
 
-// A pass p (q', k', v' → out); with kFusedDkDv, p is the dV pass and dk the dK pass of the same
-// reversed scan (dk.q = V; its k and v are p's v and k).
-template <int C, bool kFusedDkDv, class Policy>
-__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass dk, bool vec) {
+// The fused dK/dV pass: p is the dV pass and dk the dK pass of the same reversed scan (dk.q = V; its k
+// and v are p's v and k).
+template <int C, class Policy>
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_dk_dv(Pass p, Pass dk, bool vec) {
   using Shape = TcShape<C>;
-  constexpr int kTiles = kFusedDkDv ? 4 : 3;
+  constexpr int kTiles = 4;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Shi = reinterpret_cast<bf16*>(smem + TcLayout::shi);  // [kTcDim][kTcLd] state rows (value) × key
   bf16* Slo = reinterpret_cast<bf16*>(smem + TcLayout::slo);
@@ -537,7 +538,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
     load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
     load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
     load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
-    if constexpr (kFusedDkDv) load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, V, vec);
+    load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, V, vec);
     copy_async_commit();
   };
   if (chunks > 0) copy_chunk(0);
@@ -586,16 +587,14 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
     if (computes_output)
       tc_output<C, false>(p, p.out, p.out_s, V, vt, qt, smem_base, lo136, lo72, row_block, column_group, lane, b, h, t0,
                           cn, vec);
-    if constexpr (kFusedDkDv) {
-      // The dK pass on the same tiles: scores V dOᵀ, then dK = P Q + V G (G = S_[c] read transposed).
-      const unsigned vt_dk = smem_address(tile(n_chunk, 3));
-      __syncthreads();  // P has been read
-      if (computes_output) tc_scores<C, Policy>(vt_dk, vt, Phi, Plo, lo136, row_block, column_group, lane);
-      __syncthreads();  // P is published
-      if (computes_output)
-        tc_output<C, true>(dk, dk.out, dk.out_s, K, kt, vt_dk, smem_base, lo136, lo72, row_block, column_group, lane, b,
-                           h, t0, cn, vec);
-    }
+    // The dK pass on the same tiles: scores V dOᵀ, then dK = P Q + V G (G = S_[c] read transposed).
+    const unsigned vt_dk = smem_address(tile(n_chunk, 3));
+    __syncthreads();  // P has been read
+    if (computes_output) tc_scores<C, Policy>(vt_dk, vt, Phi, Plo, lo136, row_block, column_group, lane);
+    __syncthreads();  // P is published
+    if (computes_output)
+      tc_output<C, true>(dk, dk.out, dk.out_s, K, kt, vt_dk, smem_base, lo136, lo72, row_block, column_group, lane, b, h,
+                         t0, cn, vec);
     __syncthreads();  // S_hi/lo, P and this chunk's tiles are rewritten next
   }
   if (p.s_final)
@@ -607,16 +606,17 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core(Pass p, Pass d
 // Tensor-core forward pass (the forward and the dQ pass), v10: the state never goes through shared
 // memory. ncu on v9's pass (NOTES.md, session 11) put the shared-memory pipe at 69 % of its wavefronts,
 // 40 % of them the state's hi/lo copy that each of four row-block warps read for Q Sᵀ. Here each warp
-// multiplies its own state slice (the accumulators of pass_tensor_core's layout: rows 16·(w%8).., keys
+// multiplies its own state slice (the accumulators of pass_tensor_core_dk_dv's layout: rows 16·(w%8).., keys
 // 64·(w/8)..) into the output, transposed: Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A
 // operand (two neighbouring n8 accumulator tiles are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's
 // column blocks (the other half in the other key half's warp, the same work), and the two key halves'
-// partial Oᵀ meet in shared memory: the upper half publishes its partial (a barrier of the warp pair), the
-// lower adds it and writes O as bf16 into a tile that its 256 threads store row by row. Per chunk:
+// partial Oᵀ meet in shared memory: the upper half publishes its partial, the lower adds it and writes O
+// as bf16 into a tile that the block stores row by row. Per chunk:
 //   1. wait for chunk c; barrier; start copying chunk c + 1 (every read of its buffer, chunk c − 1's, is
 //      behind that barrier);
 //   2. score blocks → P as hi/lo (tc_scores); Oᵀ = S_[c] Qᵀ over this warp's keys; S += Vᵀ K; barrier;
-//   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; the pair's partials summed; O stored.
+//   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; barrier; the pair's partials summed into the
+//      output tile; barrier; O stored.
 // Sums: the same products as v9's tc_output (the same hi/lo operands), in another order: per key half, the
 // state products k-step by k-step, then P's; the halves added once.
 
@@ -628,15 +628,6 @@ struct TcForwardLayout {
                             bytes = out + tile;
 };
 static_assert(TcForwardLayout::bytes <= 227 * 1024, "the forward pass must fit one SM's shared memory");
-
-// Named barriers (0 is __syncthreads'): 1 for the lower key half's 256 threads, 2 + r for the warp pair of
-// state row block r.
-__device__ __forceinline__ void barrier_sync(unsigned id, unsigned threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(unsigned id, unsigned threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 template <int C, class Policy>
 __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p, bool vec) {
@@ -733,33 +724,34 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
         mma_16816<bf16>(O[2 * ib + 1], a, bl[2], bl[3]);
       }
     }
+    // Full barriers: the upper half has nothing to do before the next chunk's first barrier anyway. (A version
+    // with named barriers, one per warp pair and one for the lower half, made racecheck report hazards between
+    // P's writes and reads on runs of several chunks, session 11; why was not pinned down.)
     float4* pair = partials + state_block * kTokenTiles * 32 + lane;
-    if (key_half == 1) {
+    if (key_half == 1)
 #pragma unroll
       for (int n = 0; n < kTokenTiles; ++n) pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]);
-      barrier_arrive(2 + state_block, 64);
-      continue;
-    }
-    barrier_sync(2 + state_block, 64);
-    // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
+    __syncthreads();  // the upper half's partials are published
+    if (key_half == 0)
+      // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
 #pragma unroll
-    for (int n = 0; n < kTokenTiles; ++n) {
-      const float4 upper = pair[n * 32];
-      const float sum[4] = {O[n][0] + upper.x, O[n][1] + upper.y, O[n][2] + upper.z, O[n][3] + upper.w};
+      for (int n = 0; n < kTokenTiles; ++n) {
+        const float4 upper = pair[n * 32];
+        const float sum[4] = {O[n][0] + upper.x, O[n][1] + upper.y, O[n][2] + upper.z, O[n][3] + upper.w};
 #pragma unroll
-      for (int x = 0; x < 4; ++x)
-        out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
-    }
-    barrier_sync(1, 256);  // the lower key half's rows of the tile are complete
+        for (int x = 0; x < 4; ++x)
+          out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
+      }
+    __syncthreads();  // the output tile is complete
     bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
     if (vec) {  // rows 16-byte aligned, V a multiple of 8: 16 bytes a thread, whole rows per warp
-      for (int e = threadIdx.x; e < cn * (kTcDim / 8); e += 256) {
+      for (int e = threadIdx.x; e < cn * (kTcDim / 8); e += kTcThreads) {
         const int i = e / (kTcDim / 8), c = (e % (kTcDim / 8)) * 8;
         if (c < V) *reinterpret_cast<uint4*>(out + token_row(p, t0 + i) * p.out_s.row + c) =
                        *reinterpret_cast<const uint4*>(out_tile + i * kTcLd + c);
       }
     } else {
-      for (int e = threadIdx.x; e < cn * kTcDim; e += 256) {
+      for (int e = threadIdx.x; e < cn * kTcDim; e += kTcThreads) {
         const int i = e / kTcDim, c = e % kTcDim;
         if (c < V) out[token_row(p, t0 + i) * p.out_s.row + c] = out_tile[i * kTcLd + c];
       }
@@ -824,13 +816,13 @@ void run_generic(const Pass& p, cudaStream_t stream) {
 // A tensor-core pass; with kFused, p is the dV pass and dk the dK pass of one fused reversed scan.
 template <int C, bool kFused, class Policy>
 void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
-  const std::string name =
-      "linear_attention pass_tensor_core<C=" + std::to_string(C) + (kFused ? ", fused dK/dV>" : ">");
+  const std::string name = std::string("linear_attention ") + (kFused ? "pass_tensor_core_dk_dv" : "pass_tensor_core_forward") +
+                           "<C=" + std::to_string(C) + ">";
   if constexpr (kFused) {
-    constexpr int smem = static_cast<int>(TcLayout::bytes(4));
-    check(cudaFuncSetAttribute(pass_tensor_core<C, true, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    constexpr int smem = static_cast<int>(TcLayout::bytes);
+    check(cudaFuncSetAttribute(pass_tensor_core_dk_dv<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "cudaFuncSetAttribute for " + name);
-    pass_tensor_core<C, true, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
+    pass_tensor_core_dk_dv<C, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
   } else {
     constexpr int smem = static_cast<int>(TcForwardLayout::bytes);
     check(cudaFuncSetAttribute(pass_tensor_core_forward<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),

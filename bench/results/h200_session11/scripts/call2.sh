@@ -1,0 +1,39 @@
+#!/bin/bash
+# Session 11, call 2: linear attention v9 (ce0200e's bench) and v10 alternating twice; the linear suite (CI's
+# seed), seeds 1..10, bad inputs and size limits; every linear device test under memcheck, racecheck, synccheck
+# and initcheck; the long linear runs.
+set -u
+mkdir -p /tmp/r && tar -xJf .dev-pack/run.tar.xz -C /tmp/r
+for v in old new; do xz -dc .dev-pack/bl_$v.xz > /tmp/r/bl_$v && chmod +x /tmp/r/bl_$v; done
+B=/tmp/r/build/release; export LD_LIBRARY_PATH=/tmp/r/lib
+. /tmp/r/source.sh; SRC=$DELTAPROOF_BUILD_SOURCE
+if [ -e "$SRC" ]; then mkdir -p "$SRC/build/release" && ln -sfn $B/property_tests "$SRC/build/release/property_tests"; else mkdir -p "$(dirname "$SRC")" && ln -sfn /tmp/r "$SRC"; fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > $OUT/gpu.txt
+mkdir -p /tmp/bj
+for run in old_1 new_1 old_2 new_2; do
+  timeout 60 /tmp/r/bl_${run%_*} --benchmark_filter='BM_LinearAttention(Forward|Backward)/' --benchmark_out=/tmp/bj/$run.json --benchmark_out_format=json > /tmp/bj/$run.txt 2>&1
+  echo "$run rc=$?" >> $OUT/runs.txt
+done
+tar -czf $OUT/bench_json.tgz -C /tmp/bj .
+cd $B/property_tests
+start=$(date +%s)
+for t in linear_attention_gpu_test bad_inputs_gpu_test kernel_size_limits_test; do
+  (RC_PARAMS="seed=20261129" timeout 200 ./$t --gtest_color=no > /tmp/suite_$t.log 2>&1; echo "$t rc=$?") &
+done > $OUT/suites.txt
+wait
+for s in $(seq 1 10); do
+  (RC_PARAMS="seed=$s max_success=4" timeout 150 ./linear_attention_gpu_test --gtest_color=no --gtest_filter='-*AccuracyAtDesign*' > /tmp/seed_$s.log 2>&1; echo "seed $s rc=$?") &
+done > $OUT/seeds.txt
+wait
+echo "suites and seeds $(( $(date +%s) - start )) s" >> $OUT/suites.txt
+start=$(date +%s)
+timeout 330 ctest --test-dir $B/property_tests -L gpu-sanitize -R 'LinearAttention' -j 14 --timeout 320 > $OUT/sanitize.txt 2>&1
+echo "sanitize rc=$? $(( $(date +%s) - start )) s" >> $OUT/suites.txt
+start=$(date +%s)
+timeout 120 ctest --test-dir $B/property_tests -L long -R 'LinearAttention' -j 3 --timeout 110 > $OUT/long.txt 2>&1
+echo "long rc=$? $(( $(date +%s) - start )) s" >> $OUT/suites.txt
+tar -czf $OUT/logs.tgz -C /tmp $(cd /tmp && ls suite_*.log seed_*.log)
+cat $OUT/runs.txt $OUT/suites.txt; echo "seeds rc=0: $(grep -c 'rc=0' $OUT/seeds.txt) of 10"
+grep -hE "^\[  FAILED|rel L2|relative L2" /tmp/suite_*.log /tmp/seed_*.log | cut -c1-200 | head -20
+grep -hE "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/sanitize.txt $OUT/long.txt | head -20
+for f in /tmp/bj/*.txt; do echo "== $f"; grep -E "_median" $f | awk '{print $1, $2}' | sed 's/_median//; s|/iterations:1/repeats:60/manual_time||'; done
