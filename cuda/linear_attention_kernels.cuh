@@ -793,6 +793,59 @@ void set_final(Pass& p, void* sf, const Strides& s) {
   p.sf_b = s.batch, p.sf_h = s.head, p.sf_r = s.row, p.sf_c = 1;
 }
 
+// The forward's one pass; vec: every row 16-byte aligned and every width a multiple of 8 (16-byte copies).
+struct ForwardPass {
+  Pass pass;
+  bool vec;
+};
+ForwardPass forward_pass(const ForwardParams& fp) {
+  Pass p = make_pass(fp.q, fp.q_strides, fp.k, fp.k_strides, fp.v, fp.v_strides, fp.output, fp.output_strides,
+                     fp.batch, fp.heads, fp.length, fp.key_dim, fp.value_dim, fp.chunk_size, false);
+  set_initial(p, fp.initial_state, fp.initial_state_strides, false);
+  set_final(p, fp.final_state, fp.final_state_strides);
+  p.boundary = fp.boundary_states;
+  const bool vec = fp.key_dim % 8 == 0 && fp.value_dim % 8 == 0 && aligned16(fp.q) && aligned16(fp.k) && aligned16(fp.v) &&
+                   aligned16(fp.output) && multiple_of_8(fp.q_strides) && multiple_of_8(fp.k_strides) &&
+                   multiple_of_8(fp.v_strides) && multiple_of_8(fp.output_strides);
+  return {p, vec};
+}
+
+// The backward's three passes (chunkwise_backward rewritten, see the top of this file).
+struct BackwardPasses {
+  Pass dq, dk, dv;
+  bool vec;
+};
+BackwardPasses backward_passes(const BackwardParams& bp) {
+  const int B = bp.batch, H = bp.heads, L = bp.length, DK = bp.key_dim, DV = bp.value_dim, C = bp.chunk_size;
+  BackwardPasses r;
+  r.vec = DK % 8 == 0 && DV % 8 == 0 && aligned16(bp.q) && aligned16(bp.k) && aligned16(bp.v) && aligned16(bp.d_output) &&
+          aligned16(bp.dq) && aligned16(bp.dk) && aligned16(bp.dv) && multiple_of_8(bp.q_strides) &&
+          multiple_of_8(bp.k_strides) && multiple_of_8(bp.v_strides) && multiple_of_8(bp.d_output_strides) &&
+          multiple_of_8(bp.dq_strides) && multiple_of_8(bp.dk_strides) && multiple_of_8(bp.dv_strides);
+  // dQ = dO S_[c] + (dO Vᵀ ⊙ M) K: forward pass over (dO, V, K) with state Sᵀ.
+  r.dq = make_pass(bp.d_output, bp.d_output_strides, bp.v, bp.v_strides, bp.k, bp.k_strides, bp.dq, bp.dq_strides, B, H,
+                   L, DV, DK, C, false);
+  set_initial(r.dq, bp.initial_state, bp.initial_state_strides, true);
+  set_final(r.dq, nullptr, {});
+  // dK = V G + (V dOᵀ ⊙ Mᵀ) Q: reversed pass over (V, dO, Q) with state Gᵀ, G starting at dS_L.
+  r.dk = make_pass(bp.v, bp.v_strides, bp.d_output, bp.d_output_strides, bp.q, bp.q_strides, bp.dk, bp.dk_strides, B, H,
+                   L, DV, DK, C, true);
+  set_initial(r.dk, bp.d_final_state, bp.d_final_state_strides, true);
+  set_final(r.dk, nullptr, {});
+  // dV = K Gᵀ + (K Qᵀ ⊙ Mᵀ) dO: reversed pass over (K, Q, dO) with state G; its final state is dS_0.
+  r.dv = make_pass(bp.k, bp.k_strides, bp.q, bp.q_strides, bp.d_output, bp.d_output_strides, bp.dv, bp.dv_strides, B, H,
+                   L, DK, DV, C, true);
+  set_initial(r.dv, bp.d_final_state, bp.d_final_state_strides, false);
+  set_final(r.dv, bp.d_initial_state, bp.d_initial_state_strides);
+  return r;
+}
+
+constexpr std::size_t tensor_core_shared_bytes(bool fused_dk_dv) { return fused_dk_dv ? TcLayout::bytes : TcForwardLayout::bytes; }
+
+// The CPU emulation (property_tests/linear_attention_cpu_emulation_test.cpp) runs the kernels above through the
+// passes above; what follows launches them on a GPU.
+#ifndef DELTAPROOF_CUDA_EMULATION
+
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t stream, const Pass& p,
             const std::string& name) {
@@ -818,13 +871,12 @@ template <int C, bool kFused, class Policy>
 void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t stream) {
   const std::string name = std::string("linear_attention ") + (kFused ? "pass_tensor_core_dk_dv" : "pass_tensor_core_forward") +
                            "<C=" + std::to_string(C) + ">";
+  constexpr int smem = static_cast<int>(tensor_core_shared_bytes(kFused));
   if constexpr (kFused) {
-    constexpr int smem = static_cast<int>(TcLayout::bytes);
     check(cudaFuncSetAttribute(pass_tensor_core_dk_dv<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "cudaFuncSetAttribute for " + name);
     pass_tensor_core_dk_dv<C, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, dk, vec);
   } else {
-    constexpr int smem = static_cast<int>(TcForwardLayout::bytes);
     check(cudaFuncSetAttribute(pass_tensor_core_forward<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "cudaFuncSetAttribute for " + name);
     pass_tensor_core_forward<C, Policy><<<dim3(1, p.batch * p.heads), kTcThreads, smem, stream>>>(p, vec);
@@ -858,51 +910,21 @@ void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
 // The launches of forward(), backward() and decode() after validation.
 template <class Policy>
 void launch_forward(const ForwardParams& fp, cudaStream_t stream) {
-  Pass p = make_pass(fp.q, fp.q_strides, fp.k, fp.k_strides, fp.v, fp.v_strides, fp.output, fp.output_strides,
-                     fp.batch, fp.heads, fp.length, fp.key_dim, fp.value_dim, fp.chunk_size, false);
-  set_initial(p, fp.initial_state, fp.initial_state_strides, false);
-  set_final(p, fp.final_state, fp.final_state_strides);
-  p.boundary = fp.boundary_states;
-  const bool vec = fp.key_dim % 8 == 0 && fp.value_dim % 8 == 0 && aligned16(fp.q) && aligned16(fp.k) && aligned16(fp.v) &&
-                   aligned16(fp.output) && multiple_of_8(fp.q_strides) && multiple_of_8(fp.k_strides) &&
-                   multiple_of_8(fp.v_strides) && multiple_of_8(fp.output_strides);
-  run_pass<Policy>(p, fp.dtype, vec, stream);
+  const ForwardPass f = forward_pass(fp);
+  run_pass<Policy>(f.pass, fp.dtype, f.vec, stream);
 }
 
 template <class Policy>
 void launch_backward(const BackwardParams& bp, cudaStream_t stream) {
-  const int B = bp.batch, H = bp.heads, L = bp.length, DK = bp.key_dim, DV = bp.value_dim, C = bp.chunk_size;
-  const bool vec = DK % 8 == 0 && DV % 8 == 0 && aligned16(bp.q) && aligned16(bp.k) && aligned16(bp.v) &&
-                   aligned16(bp.d_output) && aligned16(bp.dq) && aligned16(bp.dk) && aligned16(bp.dv) &&
-                   multiple_of_8(bp.q_strides) && multiple_of_8(bp.k_strides) && multiple_of_8(bp.v_strides) &&
-                   multiple_of_8(bp.d_output_strides) && multiple_of_8(bp.dq_strides) && multiple_of_8(bp.dk_strides) &&
-                   multiple_of_8(bp.dv_strides);
-  // dQ = dO S_[c] + (dO Vᵀ ⊙ M) K: forward pass over (dO, V, K) with state Sᵀ.
-  Pass dq = make_pass(bp.d_output, bp.d_output_strides, bp.v, bp.v_strides, bp.k, bp.k_strides, bp.dq, bp.dq_strides, B,
-                      H, L, DV, DK, C, false);
-  set_initial(dq, bp.initial_state, bp.initial_state_strides, true);
-  set_final(dq, nullptr, {});
-  dq.boundary = nullptr;
-  run_pass<Policy>(dq, bp.dtype, vec, stream);
-  // dK = V G + (V dOᵀ ⊙ Mᵀ) Q: reversed pass over (V, dO, Q) with state Gᵀ, G starting at dS_L.
-  Pass dk = make_pass(bp.v, bp.v_strides, bp.d_output, bp.d_output_strides, bp.q, bp.q_strides, bp.dk, bp.dk_strides, B,
-                      H, L, DV, DK, C, true);
-  set_initial(dk, bp.d_final_state, bp.d_final_state_strides, true);
-  set_final(dk, nullptr, {});
-  dk.boundary = nullptr;
-  // dV = K Gᵀ + (K Qᵀ ⊙ Mᵀ) dO: reversed pass over (K, Q, dO) with state G; its final state is dS_0.
-  Pass dv = make_pass(bp.k, bp.k_strides, bp.q, bp.q_strides, bp.d_output, bp.d_output_strides, bp.dv, bp.dv_strides, B,
-                      H, L, DK, DV, C, true);
-  set_initial(dv, bp.d_final_state, bp.d_final_state_strides, false);
-  set_final(dv, bp.d_initial_state, bp.d_initial_state_strides);
-  dv.boundary = nullptr;
+  const BackwardPasses b = backward_passes(bp);
+  run_pass<Policy>(b.dq, bp.dtype, b.vec, stream);
   // On tensor cores both reversed passes run as one scan (same tiles, same G).
-  if (tensor_core_pass(bp.dtype, DK, DV)) {
-    run_tensor_core<true, Policy>(dv, dk, vec, stream);
+  if (tensor_core_pass(bp.dtype, bp.key_dim, bp.value_dim)) {
+    run_tensor_core<true, Policy>(b.dv, b.dk, b.vec, stream);
     return;
   }
-  run_pass<Policy>(dk, bp.dtype, vec, stream);
-  run_pass<Policy>(dv, bp.dtype, vec, stream);
+  run_pass<Policy>(b.dk, bp.dtype, b.vec, stream);
+  run_pass<Policy>(b.dv, bp.dtype, b.vec, stream);
 }
 
 // The row-group decode of cuda/decode_kernels.cuh (decode_kernel above is the previous version, kept
@@ -928,6 +950,8 @@ void launch_decode(const DecodeParams& p, cudaStream_t stream) {
     case DType::f16: run_decode<__half, float, Policy>(p, stream); break;
   }
 }
+
+#endif  // DELTAPROOF_CUDA_EMULATION
 
 }  // namespace
 }  // namespace deltaproof::cuda::linear_attention

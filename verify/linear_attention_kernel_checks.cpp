@@ -146,13 +146,16 @@ Matrix<Exact> bound_of(const Matrix<Exact>& magnitude, const Matrix<Exact>& exac
 }
 
 std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary, const Kernels& kernels) {
-  const CudaShape& s = c.shape;
   const DeviceInputs in = upload_case(c);
-  const KernelForward k = run_forward(s, in, s.chunk_size, with_boundary, kernels);
+  return judge_forward(c.shape, in.exact, run_forward(c.shape, in, c.shape.chunk_size, with_boundary, kernels), with_boundary);
+}
+
+std::vector<Comparison> judge_forward(const CudaShape& s, const la::BatchInputs<Exact>& exact_inputs, const KernelForward& k,
+                                      bool with_boundary) {
   const KernelPrecision out_p = precision_of(s, false), state_p = precision_of(s, true);
   std::vector<Comparison> rows;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
-    const auto head = in.exact.head(b, h);
+    const auto head = exact_inputs.head(b, h);
     const auto exact = la::chunkwise(head, s.chunk_size);
     const auto mag = la::forward_magnitude(head);
     rows.push_back(row("output", b, h, k.output.head(b, h), exact.output, bound_of(mag.output, exact.output, out_p)));
@@ -169,14 +172,17 @@ std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary, con
 }
 
 std::vector<Comparison> check_backward(const CudaCase& c, const Kernels& kernels) {
-  const CudaShape& s = c.shape;
   const DeviceInputs in = upload_case(c);
-  const auto g = run_backward(s, in, kernels);
+  return judge_backward(c.shape, in.exact, in.exact_cot, run_backward(c.shape, in, kernels));
+}
+
+std::vector<Comparison> judge_backward(const CudaShape& s, const la::BatchInputs<Exact>& exact_inputs,
+                                       const la::BatchCotangents<Exact>& exact_cotangents, const la::BatchGradients<Exact>& g) {
   const KernelPrecision p = precision_of(s, false), state_p = precision_of(s, true);
   std::vector<Comparison> rows;
   ref::for_each_head(s.batch, s.heads, [&](Index b, Index h) {
-    const auto head = in.exact.head(b, h);
-    const auto cot = in.exact_cot.head(b, h);
+    const auto head = exact_inputs.head(b, h);
+    const auto cot = exact_cotangents.head(b, h);
     const auto exact = la::chunkwise_backward(head, cot, s.chunk_size);
     const auto mag = la::backward_magnitude(head, cot);
     rows.push_back(row("dq", b, h, g.dq.head(b, h), exact.dq, bound_of(mag.dq, exact.dq, p)));

@@ -97,6 +97,13 @@ Matrix<Exact> bound_of(const Matrix<Exact>& magnitude, const Matrix<Exact>& exac
 std::vector<Comparison> check_forward(const CudaCase& c, bool with_boundary = true, const Kernels& kernels = {});
 // Chunkwise backward vs the oracle's on the same inputs: rows "dq", "dk", "dv", "dS_0" per head.
 std::vector<Comparison> check_backward(const CudaCase& c, const Kernels& kernels = {});
+// The verdicts of check_forward and check_backward on kernel results obtained elsewhere (the CPU emulation):
+// the exact inputs are the exact values of the kernels' rounded inputs.
+std::vector<Comparison> judge_forward(const CudaShape& s, const ref::linear_attention::BatchInputs<Exact>& exact_inputs,
+                                      const KernelForward& kernel, bool with_boundary);
+std::vector<Comparison> judge_backward(const CudaShape& s, const ref::linear_attention::BatchInputs<Exact>& exact_inputs,
+                                       const ref::linear_attention::BatchCotangents<Exact>& exact_cotangents,
+                                       const ref::linear_attention::BatchGradients<Exact>& gradients);
 // C = 16, 32, 64 agree with each other: |o_C − o_C'| <= bound_C + bound_C' (both within their bound
 // of the same exact value). Rows "output C=x vs C=y", "final state C=x vs C=y" per head.
 std::vector<Comparison> check_chunk_sizes_agree(const CudaCase& c);
