@@ -643,6 +643,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int row_block = warp / TcShape<C>::kColumnGroups, column_group = warp % TcShape<C>::kColumnGroups;
+  const bool computes_scores = warp < kBlocks * TcShape<C>::kColumnGroups;
   const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
   const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;
   const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
@@ -674,16 +676,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
 
     // 2. Score blocks; Oᵀ = S_[c] Qᵀ over this warp's keys (Q stored [token][key]: plain ldmatrix gives the
     //    col-major B); then S += Vᵀ K.
-    // Score block k, in the order (0, 0), (1, 0), (1, 1), (2, 0), …, on warp k: consecutive warps sit on different
-    // schedulers (warp % 4), so each scheduler computes 2 or 3 of the 10 blocks at C = 64, where the (row block,
-    // column group) mapping of pass_tensor_core_dk_dv gives its schedulers 4, 3, 2 and 1. tc_scores with column
-    // group jj computes block (row block, jj) alone, as its column groups are at least C / 16. (Formed here, not
-    // kept from the kernel's start: kept, they cost 108 bytes of spills at C = 64.)
-    static_assert(TcShape<C>::kColumnGroups >= kBlocks);
-    if (warp < kBlocks * (kBlocks + 1) / 2) {
-      const int rb = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
-      tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, rb, warp - rb * (rb + 1) / 2, lane);
-    }
+    if (computes_scores) tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, row_block, column_group, lane);
     float O[kTokenTiles][4];
 #pragma unroll
     for (int n = 0; n < kTokenTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
