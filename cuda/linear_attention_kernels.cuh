@@ -643,6 +643,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int row_block = warp / TcShape<C>::kColumnGroups, column_group = warp % TcShape<C>::kColumnGroups;
+  const bool computes_scores = warp < kBlocks * TcShape<C>::kColumnGroups;
   const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
   const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;
   const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
@@ -674,16 +676,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
 
     // 2. Score blocks; Oᵀ = S_[c] Qᵀ over this warp's keys (Q stored [token][key]: plain ldmatrix gives the
     //    col-major B); then S += Vᵀ K.
-    // Score block k, in the order (0, 0), (1, 0), (1, 1), (2, 0), …, on warp k: consecutive warps sit on different
-    // schedulers (warp % 4), so each scheduler computes 2 or 3 of the 10 blocks at C = 64, where the (row block,
-    // column group) mapping of pass_tensor_core_dk_dv gives its schedulers 4, 3, 2 and 1. tc_scores with column
-    // group jj computes block (row block, jj) alone, as its column groups are at least C / 16. (Formed here, not
-    // kept from the kernel's start: kept, they cost 108 bytes of spills at C = 64.)
-    static_assert(TcShape<C>::kColumnGroups >= kBlocks);
-    if (warp < kBlocks * (kBlocks + 1) / 2) {
-      const int rb = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
-      tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, rb, warp - rb * (rb + 1) / 2, lane);
-    }
+    if (computes_scores) tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, row_block, column_group, lane);
     float O[kTokenTiles][4];
 #pragma unroll
     for (int n = 0; n < kTokenTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
@@ -720,19 +713,13 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
       unsigned a[4];
       ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
       const unsigned p_rows = smem_base + TcForwardLayout::phi + lo72.b + jj * 32;
-      // Every hi product before the lo ones: a tile's two products are then kBlocks − jj pairs apart, not
-      // back to back (the same order per tile: the same bits).
 #pragma unroll
       for (int ib = jj; ib < kBlocks; ++ib) {
-        unsigned bh[4];
+        unsigned bh[4], bl[4];
         ldmatrix_x4(bh, p_rows + 16 * ib * kTcPLd * 2);
+        ldmatrix_x4(bl, p_rows + (TcForwardLayout::plo - TcForwardLayout::phi) + 16 * ib * kTcPLd * 2);
         mma_16816<bf16>(O[2 * ib], a, bh[0], bh[1]);
         mma_16816<bf16>(O[2 * ib + 1], a, bh[2], bh[3]);
-      }
-#pragma unroll
-      for (int ib = jj; ib < kBlocks; ++ib) {
-        unsigned bl[4];
-        ldmatrix_x4(bl, p_rows + (TcForwardLayout::plo - TcForwardLayout::phi) + 16 * ib * kTcPLd * 2);
         mma_16816<bf16>(O[2 * ib], a, bl[0], bl[1]);
         mma_16816<bf16>(O[2 * ib + 1], a, bl[2], bl[3]);
       }
@@ -740,35 +727,21 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
     // Full barriers: the upper half has nothing to do before the next chunk's first barrier anyway. (A version
     // with named barriers, one per warp pair and one for the lower half, made racecheck report hazards between
     // P's writes and reads on runs of several chunks, session 11; why was not pinned down.)
-    // Each half sums the pair's partials of half of the token tiles (the lower half the first ones): it publishes
-    // its partial of the other half's tiles and adds the other's into its own (fp32 addition commutes: the bits
-    // of v10's lower + upper).
     float4* pair = partials + state_block * kTokenTiles * 32 + lane;
-    constexpr int kHalf = kTokenTiles / 2;
-    const auto publish = [&](int n) { pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]); };
-    // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
-    const auto finish = [&](int n) {
-      const float4 other = pair[n * 32];
-      const float sum[4] = {O[n][0] + other.x, O[n][1] + other.y, O[n][2] + other.z, O[n][3] + other.w};
+    if (key_half == 1)
 #pragma unroll
-      for (int x = 0; x < 4; ++x)
-        out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
-    };
-    if (key_half == 0) {
+      for (int n = 0; n < kTokenTiles; ++n) pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]);
+    __syncthreads();  // the upper half's partials are published
+    if (key_half == 0)
+      // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
 #pragma unroll
-      for (int n = kHalf; n < kTokenTiles; ++n) publish(n);
-    } else {
+      for (int n = 0; n < kTokenTiles; ++n) {
+        const float4 upper = pair[n * 32];
+        const float sum[4] = {O[n][0] + upper.x, O[n][1] + upper.y, O[n][2] + upper.z, O[n][3] + upper.w};
 #pragma unroll
-      for (int n = 0; n < kHalf; ++n) publish(n);
-    }
-    __syncthreads();  // the partials are published
-    if (key_half == 0) {
-#pragma unroll
-      for (int n = 0; n < kHalf; ++n) finish(n);
-    } else {
-#pragma unroll
-      for (int n = kHalf; n < kTokenTiles; ++n) finish(n);
-    }
+        for (int x = 0; x < 4; ++x)
+          out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
+      }
     __syncthreads();  // the output tile is complete
     bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
     if (vec) {  // rows 16-byte aligned, V a multiple of 8: 16 bytes a thread, whole rows per warp
