@@ -11,13 +11,13 @@
 #include "property_tests/support/cuda_emulation.hpp"
 
 #include "cuda/linear_attention.h"
+#include "verify/comparison.hpp"
 #include "verify/linear_attention_kernel_checks.hpp"
+#include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <iostream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -143,18 +143,10 @@ std::vector<Comparison> verdicts(const vl::CudaCase& c, const Emulated& e) {
   return rows;
 }
 
-// The worst err/bound of each tensor over its rows, and whether every row agrees.
+// Prints the worst row of each tensor; true when every row agrees.
 bool agrees(const std::vector<Comparison>& rows, const std::string& label) {
-  std::map<std::string, double> worst;
-  bool all = true;
-  for (const Comparison& r : rows) {
-    worst[r.tensor] = std::max(worst[r.tensor], r.ratio);
-    all = all && r.agrees();
-  }
-  std::cout << label << ":";
-  for (const auto& [tensor, ratio] : worst) std::cout << "  " << tensor << " " << ratio;
-  std::cout << (all ? "" : "  DISAGREES") << "\n";
-  return all;
+  std::cout << label << "\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
+  return verify::all_agree(rows);
 }
 
 // bf16 shapes on tensor cores: the 16-byte copy path (head dims multiples of 8) and the element-wise one
