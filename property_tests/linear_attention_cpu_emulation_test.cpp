@@ -113,17 +113,17 @@ Emulated emulate(const vl::CudaCase& c, ThreadOrder order) {
   kla::set_contiguous_strides(bp);
   if (!kla::tensor_core_pass(s.dtype, int(DK), int(DV))) throw std::invalid_argument("not a tensor-core case");
 
-  const dim3 grid(1, unsigned(B * H)), block(kla::kTcThreads);
   with_chunk(int(C), [&](auto chunk) {
     constexpr int kC = decltype(chunk)::value;
+    const auto launch = [&](const kla::Pass& p, bool fused, auto kernel, auto... args) {
+      const kla::TcLaunch l = kla::tensor_core_launch(p, fused);
+      emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order}, kernel, args...);
+    };
     const kla::ForwardPass f = kla::forward_pass(fp);
-    emulation::launch({grid, block, kla::tensor_core_shared_bytes(false), order}, kla::pass_tensor_core_forward<kC, Policy>,
-                      f.pass, f.vec);
+    launch(f.pass, false, kla::pass_tensor_core_forward<kC, Policy>, f.pass, f.vec);
     const kla::BackwardPasses b = kla::backward_passes(bp);
-    emulation::launch({grid, block, kla::tensor_core_shared_bytes(false), order}, kla::pass_tensor_core_forward<kC, Policy>,
-                      b.dq, b.vec);
-    emulation::launch({grid, block, kla::tensor_core_shared_bytes(true), order}, kla::pass_tensor_core_dk_dv<kC, Policy>, b.dv,
-                      b.dk, b.vec);
+    launch(b.dq, false, kla::pass_tensor_core_forward<kC, Policy>, b.dq, b.vec);
+    launch(b.dv, true, kla::pass_tensor_core_dk_dv<kC, Policy>, b.dv, b.dk, b.vec);
   });
 
   Emulated r;
@@ -156,6 +156,7 @@ const vl::CudaShape kShapes[] = {
     {1, 1, 70, 100, 60, 32, true, DType::bf16},
     {2, 1, 37, 64, 128, 16, false, DType::bf16},
     {1, 1, 64, 128, 32, 64, false, DType::bf16},
+    {1, 1, 45, 72, 96, 16, true, DType::bf16},  // the forward's second value block partial (16-byte copies)
 };
 
 TEST(LinearAttentionCpuEmulation, TensorCorePassesMatchOracle) {
