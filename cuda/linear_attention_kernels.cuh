@@ -335,18 +335,17 @@ struct LaneOffsets {
         a_trans((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2) {}
 };
 
-// Rows [t0, t0+cn) and columns [col0, col0 + kCols) of a bf16 matrix into a shared [64][kCols + 8] tile, zero
-// outside the chunk and from valid_cols on (counted from col0), so padded products add exact zeros.
-template <int kCols = kTcDim, int kThreads = kTcThreads>
+// Rows [t0, t0+cn) of a bf16 matrix into a shared [64][kTcLd] tile, columns [0, 128), zero
+// outside the chunk and beyond valid_cols (so padded products add exact zeros).
 __device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const Strides& s, int b, int h, const Pass& p,
-                                         int t0, int cn, int col0, int valid_cols, bool vec) {
-  constexpr int kLd = kCols + 8;
-  const bf16* src = static_cast<const bf16*>(matrix) + b * s.batch + h * s.head + col0;
-  if (vec) {  // 8 columns per 16-byte copy; valid_cols, col0 and the strides are multiples of 8
-    // A thread copies columns [c, c + 8) of rows i0, i0 + kRowStep, …: one source address per tile, advanced by
-    // a fixed step (per-row addresses would stay live across the caller's loop).
-    constexpr int kGroups = kCols / 8, kRowStep = kThreads / kGroups, kCopiesPerThread = 64 / kRowStep;
-    static_assert(kThreads % kGroups == 0 && 64 % kRowStep == 0);
+                                         int t0, int cn, int valid_cols, bool vec) {
+  const bf16* src = static_cast<const bf16*>(matrix) + b * s.batch + h * s.head;
+  if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
+    // A thread copies columns [c, c + 8) of rows i0, i0 + kRowStep, …: one source address per tile, advanced by a
+    // fixed step. (Per-row addresses, hoisted by the compiler out of the chunk loop, cost the fused dK/dV pass 104
+    // bytes of spills at C = 64, and a forward of 8 warps 168.)
+    constexpr int kGroups = kTcDim / 8, kRowStep = kTcThreads / kGroups, kCopiesPerThread = 64 / kRowStep;
+    static_assert(kTcThreads % kGroups == 0 && 64 % kRowStep == 0);
     const int i0 = threadIdx.x / kGroups, c = (threadIdx.x % kGroups) * 8;
     const bf16* at = src + token_row(p, t0 + i0) * s.row + c;
     const std::int64_t step = (p.reversed ? -kRowStep : kRowStep) * s.row;
@@ -354,12 +353,12 @@ __device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const S
     for (int r = 0; r < kCopiesPerThread; ++r) {
       const int i = i0 + r * kRowStep;
       const bool valid = i < cn && c < valid_cols;
-      copy_async_16(dst + i * kLd + c, valid ? at + r * step : src, valid);
+      copy_async_16(dst + i * kTcLd + c, valid ? at + r * step : src, valid);
     }
   } else {
-    for (int e = threadIdx.x; e < 64 * kCols; e += kThreads) {
-      const int i = e / kCols, c = e % kCols;
-      dst[i * kLd + c] = (i < cn && c < valid_cols) ? src[token_row(p, t0 + i) * s.row + c] : __float2bfloat16_rn(0.f);
+    for (int e = threadIdx.x; e < 64 * kTcDim; e += kTcThreads) {
+      const int i = e / kTcDim, c = e % kTcDim;
+      dst[i * kTcLd + c] = (i < cn && c < valid_cols) ? src[token_row(p, t0 + i) * s.row + c] : __float2bfloat16_rn(0.f);
     }
   }
 }
@@ -542,10 +541,10 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_dk_dv(Pass p, 
   // Copy chunk n into buffer n % 2 (one commit group per chunk).
   const auto copy_chunk = [&](int n) {
     const int t0 = n * C, cn = min(C, L - t0);
-    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, 0, K, vec);
-    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, 0, K, vec);
-    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, 0, V, vec);
-    load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, 0, V, vec);
+    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
+    load_tile(tile(n, 3), dk.q, dk.q_s, b, h, p, t0, cn, V, vec);
     copy_async_commit();
   };
   if (chunks > 0) copy_chunk(0);
@@ -610,93 +609,86 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_dk_dv(Pass p, 
 }
 
 // ---------------------------------------------------------------------------------------
-// Tensor-core forward pass (the forward and the dQ pass), v11: the state never goes through shared
-// memory (v10), and each head's value rows are split between two blocks of 8 warps, two blocks per SM.
-// ncu on v9's pass (NOTES.md, session 11) put the shared-memory pipe at 69 % of its wavefronts, 40 % of them
-// the state's hi/lo copy that each of four row-block warps read for Q Sᵀ. Here each warp multiplies its own
-// state slice (rows v0 + 16·(w%4).., keys 64·(w/4)..; v0 = 64 · blockIdx.x) into the output, transposed:
-// Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A operand (two neighbouring n8 accumulator tiles
-// are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's column blocks (the other half in the other key half's
-// warp, the same work), and the two key halves' partial Oᵀ meet in shared memory: each half publishes its
-// partial of the other half's token tiles and adds the other's into its own, writing O as bf16 into a tile that
-// the block stores row by row. v10 ran one block of 16 warps per head; v11's two blocks per SM wait at their
-// barriers apart (ncu on v10: barrier stalls 1.7 of every issued instruction's cycles), for the price of both
-// blocks computing the head's scores. Per chunk:
+// Tensor-core forward pass (the forward and the dQ pass), v10: the state never goes through shared
+// memory. ncu on v9's pass (NOTES.md, session 11) put the shared-memory pipe at 69 % of its wavefronts,
+// 40 % of them the state's hi/lo copy that each of four row-block warps read for Q Sᵀ. Here each warp
+// multiplies its own state slice (the accumulators of pass_tensor_core_dk_dv's layout: rows 16·(w%8).., keys
+// 64·(w/8)..) into the output, transposed: Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A
+// operand (two neighbouring n8 accumulator tiles are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's
+// column blocks (the other half in the other key half's warp, the same work), and the two key halves'
+// partial Oᵀ meet in shared memory: the upper half publishes its partial, the lower adds it and writes O
+// as bf16 into a tile that the block stores row by row. Per chunk:
 //   1. wait for chunk c; barrier; start copying chunk c + 1 (every read of its buffer, chunk c − 1's, is
 //      behind that barrier);
 //   2. score blocks → P as hi/lo (tc_scores); Oᵀ = S_[c] Qᵀ over this warp's keys; S += Vᵀ K; barrier;
-//   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; the halves' partials exchanged (in chunk c's K tile,
-//      now read by no one); barrier; the sums into the output tile (in chunk c's Q tile); barrier; O stored.
+//   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; barrier; the pair's partials summed into the
+//      output tile; barrier; O stored.
 // Sums: the same products as v9's tc_output (the same hi/lo operands), in another order: per key half, the
-// state products k-step by k-step, then P's; the halves added once. Every output bit is v10's.
+// state products k-step by k-step, then P's; the halves added once.
 
-constexpr int kTcForwardWarps = 8, kTcForwardThreads = 32 * kTcForwardWarps, kTcForwardRows = 64;  // value rows a block
-constexpr int kTcVLd = kTcForwardRows + 8;
 struct TcForwardLayout {
-  static constexpr unsigned qk_tile = 64 * kTcLd * 2, v_tile = 64 * kTcVLd * 2, buffer = 2 * qk_tile + v_tile;
-  static constexpr unsigned phi = 0, plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2,  // [2] × (q, k, v)
-                            bytes = tiles + 2 * buffer;
-  // Aliases inside the current chunk's buffer, used after the barrier that ends every read of its Q and K.
-  static constexpr unsigned partials = qk_tile,  // in K: [4 row blocks][64 / 8 token tiles][32 lanes] float4
-      partial_bytes = kTcForwardRows / 16 * 64 / 8 * 32 * 16,
-                            out = 0;             // in Q: [64 tokens][kTcVLd] bf16 output tile
+  static constexpr unsigned tile = 64 * kTcLd * 2;
+  static constexpr unsigned phi = 0, plo = phi + 64 * kTcPLd * 2, tiles = plo + 64 * kTcPLd * 2,
+                            partials = tiles + 2 * 3 * tile,              // [8 row blocks][64 / 8][32 lanes] float4
+                            out = partials + kTcStateRowBlocks * 64 * 16 * 4,  // [64][kTcLd] bf16 output tile
+                            bytes = out + tile;
 };
-static_assert(TcForwardLayout::partial_bytes <= TcForwardLayout::qk_tile && 64 * kTcVLd * 2 <= TcForwardLayout::qk_tile);
-static_assert(2 * (TcForwardLayout::bytes + 1024) <= 228 * 1024, "two forward blocks must fit one SM's shared memory");
-static_assert(kTcForwardRows / 16 * 2 == kTcForwardWarps && kTcStateKeys * 2 == kTcDim, "warps = row blocks × key halves");
+static_assert(TcForwardLayout::bytes <= 227 * 1024, "the forward pass must fit one SM's shared memory");
 
 template <int C, class Policy>
-__global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward(Pass p, bool vec) {
-  constexpr int kBlocks = C / 16, kTokenTiles = C / 8, kRowBlocks = kTcForwardRows / 16;
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p, bool vec) {
+  constexpr int kBlocks = C / 16, kTokenTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Phi = reinterpret_cast<bf16*>(smem + TcForwardLayout::phi);  // [64][kTcPLd] masked scores
   bf16* Plo = reinterpret_cast<bf16*>(smem + TcForwardLayout::plo);
+  bf16* tiles = reinterpret_cast<bf16*>(smem + TcForwardLayout::tiles);  // [2][3][64][kTcLd]: q', k', v'
+  float4* partials = reinterpret_cast<float4*>(smem + TcForwardLayout::partials);
+  bf16* out_tile = reinterpret_cast<bf16*>(smem + TcForwardLayout::out);  // [64][kTcLd]: O rows (tokens)
   const unsigned smem_base = smem_address(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads, v0 = kTcForwardRows * blockIdx.x;
-  const int K = p.key_dim, V = p.value_dim, L = p.length, block_cols = min(kTcForwardRows, V - v0);
-  const int state_block = warp % kRowBlocks, key_half = warp / kRowBlocks;
+  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int K = p.key_dim, V = p.value_dim, L = p.length;
+  const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
   const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;
   const LaneOffsets lo136(lane, kTcLd), lo72(lane, kTcPLd);
-  static_assert(kTcVLd == kTcPLd, "lo72 serves the V tile and P");
 
   float S[kTcStateKeys / 8][4];
-  load_state_slice<Policy>(S, p, b, h, v0 + state_rows + g, state_key0 + 2 * t);
+  load_state_slice<Policy>(S, p, b, h, state_rows + g, state_key0 + 2 * t);
 
   const int chunks = chunks_of<Policy, C>(p);
-  // Chunk n's buffer: Q and K [64][kTcLd], then V's columns [v0, v0 + 64) as [64][kTcVLd].
-  const auto buffer = [](int n) { return TcForwardLayout::tiles + unsigned(n % 2) * TcForwardLayout::buffer; };
+  const auto tile = [&](int n, int which) { return tiles + ((n % 2) * 3 + which) * 64 * kTcLd; };
   const auto copy_chunk = [&](int n) {  // chunk n into buffer n % 2, one commit group
     const int t0 = n * C, cn = min(C, L - t0);
-    bf16* q = reinterpret_cast<bf16*>(smem + buffer(n));
-    load_tile<kTcDim, kTcForwardThreads>(q, p.q, p.q_s, b, h, p, t0, cn, 0, K, vec);
-    load_tile<kTcDim, kTcForwardThreads>(q + 64 * kTcLd, p.k, p.k_s, b, h, p, t0, cn, 0, K, vec);
-    load_tile<kTcForwardRows, kTcForwardThreads>(q + 2 * 64 * kTcLd, p.v, p.v_s, b, h, p, t0, cn, v0, block_cols, vec);
+    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
+    load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
     copy_async_commit();
   };
   if (chunks > 0) copy_chunk(0);
   for (int n_chunk = 0; n_chunk < chunks; ++n_chunk) {
     const int t0 = n_chunk * C, cn = min(C, L - t0);
-    const unsigned qt = smem_base + buffer(n_chunk), kt = qt + TcForwardLayout::qk_tile, vt = kt + TcForwardLayout::qk_tile;
+    const unsigned qt = smem_address(tile(n_chunk, 0)), kt = smem_address(tile(n_chunk, 1)),
+                   vt = smem_address(tile(n_chunk, 2));
     // 1. S_[c] exposed when asked; chunk c landed and published; chunk c + 1 requested.
     if (p.boundary)
       store_state_slice(S, static_cast<float*>(p.boundary) + ((std::int64_t(b) * p.heads + h) * ((L + C - 1) / C) + n_chunk) * V * K,
-                        K, 1, V, K, v0 + state_rows + g, state_key0 + 2 * t);
+                        K, 1, V, K, state_rows + g, state_key0 + 2 * t);
     copy_async_wait<0>();
     __syncthreads();
     if (n_chunk + 1 < chunks) copy_chunk(n_chunk + 1);
 
     // 2. Score blocks; Oᵀ = S_[c] Qᵀ over this warp's keys (Q stored [token][key]: plain ldmatrix gives the
     //    col-major B); then S += Vᵀ K.
-    // Score block e, in the order (0, 0), (1, 0), (1, 1), (2, 0), …, on warp e mod 8: consecutive warps sit on
-    // different schedulers (warp % 4). tc_scores with column group jj computes block (row block, jj) alone, as its
-    // column groups are at least C / 16. (The row block is formed here: kept from the kernel's start, such indices
-    // cost spills.)
+    // Score block k, in the order (0, 0), (1, 0), (1, 1), (2, 0), …, on warp k: consecutive warps sit on different
+    // schedulers (warp % 4), so each scheduler computes 2 or 3 of the 10 blocks at C = 64, where the (row block,
+    // column group) mapping of pass_tensor_core_dk_dv gives its schedulers 4, 3, 2 and 1. tc_scores with column
+    // group jj computes block (row block, jj) alone, as its column groups are at least C / 16. (Formed here, not
+    // kept from the kernel's start: kept, they cost 108 bytes of spills at C = 64.)
     static_assert(TcShape<C>::kColumnGroups >= kBlocks);
-    for (int e = warp; e < kBlocks * (kBlocks + 1) / 2; e += kTcForwardWarps) {
-      const int rb = e < 1 ? 0 : e < 3 ? 1 : e < 6 ? 2 : 3;
-      tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, rb, e - rb * (rb + 1) / 2, lane);
+    if (warp < kBlocks * (kBlocks + 1) / 2) {
+      const int rb = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
+      tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, rb, warp - rb * (rb + 1) / 2, lane);
     }
     float O[kTokenTiles][4];
 #pragma unroll
@@ -714,17 +706,17 @@ __global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward
       mma_row(O, ah, bq);
       mma_row(O, al, bq);
     }
-    const unsigned v_rows = vt + lo72.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
+    const unsigned v_rows = vt + lo136.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
 #pragma unroll
     for (int jj = 0; jj < kBlocks; ++jj) {
       if (jj * 16 >= cn) break;  // zero rows add nothing
       unsigned a[4], bk[kTcStateKeys / 16][4];
-      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcVLd * 2);
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
 #pragma unroll
       for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
       mma_row(S, a, bk);
     }
-    __syncthreads();  // P is published; chunk c's Q and K are read by no one from here on
+    __syncthreads();  // P is published
 
     // 3. Oᵀ += Vᵀ Pᵀ over the column blocks jj of P this key half takes (jj = 0, 3 and 1, 2 at C = 64: the
     //    same number of tiles); Pᵀ's B fragments are P's rows i ≥ jj, stored [i][j]: plain ldmatrix.
@@ -732,7 +724,7 @@ __global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward
     for (int jj = 0; jj < kBlocks; ++jj) {
       if (((jj + 1) >> 1 & 1) != key_half) continue;
       unsigned a[4];
-      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcVLd * 2);
+      ldmatrix_x4_trans(a, v_rows + jj * 16 * kTcLd * 2);
       const unsigned p_rows = smem_base + TcForwardLayout::phi + lo72.b + jj * 32;
       // Every hi product before the lo ones: a tile's two products are then kBlocks − jj pairs apart, not
       // back to back (the same order per tile: the same bits).
@@ -751,12 +743,13 @@ __global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward
         mma_16816<bf16>(O[2 * ib + 1], a, bl[2], bl[3]);
       }
     }
+    // Full barriers: the upper half has nothing to do before the next chunk's first barrier anyway. (A version
+    // with named barriers, one per warp pair and one for the lower half, made racecheck report hazards between
+    // P's writes and reads on runs of several chunks, session 11; why was not pinned down.)
     // Each half sums the pair's partials of half of the token tiles (the lower half the first ones): it publishes
     // its partial of the other half's tiles and adds the other's into its own (fp32 addition commutes: the bits
-    // of lower + upper). Full barriers: a version with named barriers per warp pair made racecheck report hazards
-    // between P's writes and reads on runs of several chunks (session 11; why was not pinned down).
-    float4* pair = reinterpret_cast<float4*>(smem + buffer(n_chunk) + TcForwardLayout::partials) + state_block * kTokenTiles * 32 + lane;
-    bf16* out_tile = reinterpret_cast<bf16*>(smem + buffer(n_chunk) + TcForwardLayout::out);
+    // of v10's lower + upper).
+    float4* pair = partials + state_block * kTokenTiles * 32 + lane;
     constexpr int kHalf = kTokenTiles / 2;
     const auto publish = [&](int n) { pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]); };
     // Oᵀ rows state_rows + g (+ 8), columns (tokens) 8n + 2t (+ 1) → O[token][value] in the bf16 tile.
@@ -765,7 +758,7 @@ __global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward
       const float sum[4] = {O[n][0] + other.x, O[n][1] + other.y, O[n][2] + other.z, O[n][3] + other.w};
 #pragma unroll
       for (int x = 0; x < 4; ++x)
-        out_tile[(8 * n + 2 * t + x % 2) * kTcVLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
+        out_tile[(8 * n + 2 * t + x % 2) * kTcLd + state_rows + g + 8 * (x / 2)] = __float2bfloat16_rn(sum[x]);
     };
     if (key_half == 0) {
 #pragma unroll
@@ -783,24 +776,23 @@ __global__ void __launch_bounds__(kTcForwardThreads, 2) pass_tensor_core_forward
       for (int n = kHalf; n < kTokenTiles; ++n) finish(n);
     }
     __syncthreads();  // the output tile is complete
-    bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head + v0;
-    constexpr int kGroups = kTcForwardRows / 8;
-    if (vec) {  // rows 16-byte aligned, V a multiple of 8: 16 bytes a thread, whole row pieces per 8 lanes
-      for (int e = threadIdx.x; e < cn * kGroups; e += kTcForwardThreads) {
-        const int i = e / kGroups, c = (e % kGroups) * 8;
-        if (c < block_cols) *reinterpret_cast<uint4*>(out + token_row(p, t0 + i) * p.out_s.row + c) =
-                                *reinterpret_cast<const uint4*>(out_tile + i * kTcVLd + c);
+    bf16* out = static_cast<bf16*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+    if (vec) {  // rows 16-byte aligned, V a multiple of 8: 16 bytes a thread, whole rows per warp
+      for (int e = threadIdx.x; e < cn * (kTcDim / 8); e += kTcThreads) {
+        const int i = e / (kTcDim / 8), c = (e % (kTcDim / 8)) * 8;
+        if (c < V) *reinterpret_cast<uint4*>(out + token_row(p, t0 + i) * p.out_s.row + c) =
+                       *reinterpret_cast<const uint4*>(out_tile + i * kTcLd + c);
       }
     } else {
-      for (int e = threadIdx.x; e < cn * kTcForwardRows; e += kTcForwardThreads) {
-        const int i = e / kTcForwardRows, c = e % kTcForwardRows;
-        if (c < block_cols) out[token_row(p, t0 + i) * p.out_s.row + c] = out_tile[i * kTcVLd + c];
+      for (int e = threadIdx.x; e < cn * kTcDim; e += kTcThreads) {
+        const int i = e / kTcDim, c = e % kTcDim;
+        if (c < V) out[token_row(p, t0 + i) * p.out_s.row + c] = out_tile[i * kTcLd + c];
       }
     }
   }
   if (p.s_final)
-    store_state_slice(S, static_cast<float*>(p.s_final) + b * p.sf_b + h * p.sf_h, p.sf_r, p.sf_c, V, K,
-                      v0 + state_rows + g, state_key0 + 2 * t);
+    store_state_slice(S, static_cast<float*>(p.s_final) + b * p.sf_b + h * p.sf_h, p.sf_r, p.sf_c, V, K, state_rows + g,
+                      state_key0 + 2 * t);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -881,8 +873,7 @@ BackwardPasses backward_passes(const BackwardParams& bp) {
   return r;
 }
 
-// A tensor-core pass's grid, block and shared memory: the fused dK/dV pass one block of 16 warps per head, the
-// forward pass one block of 8 warps per 64 of the head's value rows.
+// A tensor-core pass's grid, block and shared memory: one block of 16 warps per head.
 struct TcLaunch {
   dim3 grid;
   int threads;
@@ -890,9 +881,7 @@ struct TcLaunch {
 };
 TcLaunch tensor_core_launch(const Pass& p, bool fused_dk_dv) {
   const unsigned heads = unsigned(p.batch * p.heads);
-  if (fused_dk_dv) return {dim3(1, heads), kTcThreads, TcLayout::bytes};
-  return {dim3(unsigned((p.value_dim + kTcForwardRows - 1) / kTcForwardRows), heads), kTcForwardThreads,
-          TcForwardLayout::bytes};
+  return {dim3(1, heads), kTcThreads, fused_dk_dv ? TcLayout::bytes : TcForwardLayout::bytes};
 }
 
 // The CPU emulation (property_tests/linear_attention_cpu_emulation_test.cpp) runs the kernels above through the

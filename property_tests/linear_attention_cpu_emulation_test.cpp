@@ -156,7 +156,7 @@ const vl::CudaShape kShapes[] = {
     {1, 1, 70, 100, 60, 32, true, DType::bf16},
     {2, 1, 37, 64, 128, 16, false, DType::bf16},
     {1, 1, 64, 128, 32, 64, false, DType::bf16},
-    {1, 1, 45, 72, 96, 16, true, DType::bf16},  // the forward's second value block partial (16-byte copies)
+    {1, 1, 45, 72, 96, 16, true, DType::bf16},  // head dims under 128 on the 16-byte copy path
 };
 
 TEST(LinearAttentionCpuEmulation, TensorCorePassesMatchOracle) {
