@@ -343,7 +343,7 @@ __device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const S
   if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
     // A thread copies columns [c, c + 8) of rows i0, i0 + kRowStep, …: one source address per tile, advanced by a
     // fixed step. (Per-row addresses, hoisted by the compiler out of the chunk loop, cost the fused dK/dV pass 104
-    // bytes of spills at C = 64, and a forward of 8 warps 168.)
+    // bytes of spills at C = 64: NOTES.md, v12.)
     constexpr int kGroups = kTcDim / 8, kRowStep = kTcThreads / kGroups, kCopiesPerThread = 64 / kRowStep;
     static_assert(kTcThreads % kGroups == 0 && 64 % kRowStep == 0);
     const int i0 = threadIdx.x / kGroups, c = (threadIdx.x % kGroups) * 8;
@@ -616,8 +616,9 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_dk_dv(Pass p, 
 // 64·(w/8)..) into the output, transposed: Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A
 // operand (two neighbouring n8 accumulator tiles are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's
 // column blocks (the other half in the other key half's warp, the same work), and the two key halves'
-// partial Oᵀ meet in shared memory: the upper half publishes its partial, the lower adds it and writes O
-// as bf16 into a tile that the block stores row by row. Per chunk:
+// partial Oᵀ meet in shared memory: each half publishes its partial of the other half's token tiles and adds
+// the other's into its own, writing O as bf16 into a tile that the block stores row by row (v10b, NOTES.md).
+// Per chunk:
 //   1. wait for chunk c; barrier; start copying chunk c + 1 (every read of its buffer, chunk c − 1's, is
 //      behind that barrier);
 //   2. score blocks → P as hi/lo (tc_scores); Oᵀ = S_[c] Qᵀ over this warp's keys; S += Vᵀ K; barrier;
