@@ -400,6 +400,7 @@ def header_section(rep, contexts):
             if what.endswith("_cuda"):
                 host += " (the GPU machine's host CPU)"
             notes = f"load average {load_text}; libbenchmark built as {c.get('library_build_type', '?')}"
+            notes += "".join(f"; {c[k]}" for k in ("merged", "note") if c.get(k))
             if "transcribed_from" in c:
                 host = c.get("host_name", "?")
                 notes = f"**transcribed** on {c.get('transcribed_on', '?')} from {c['transcribed_from']}. {c.get('note', '')}"
@@ -411,7 +412,8 @@ def header_section(rep, contexts):
             notes = (f"{'**DRY RUN on a CPU: stand-in kernels, times meaningless**; ' if c.get('dry_run') else ''}"
                      f"GPU clocks: {clocks}; torch {c.get('torch', '?')}, triton {c.get('triton', '?')}, "
                      f"fla {c.get('fla', '?')}; {c.get('repeats', '?')} timed calls after {c.get('warmup', '?')} "
-                     f"warm-up, {c.get('input_sets', '?')} input sets rotated")
+                     f"warm-up, {c.get('input_sets', '?')} input sets rotated"
+                     f"{'; ' + c['note'] if c.get('note') else ''}")
             rows.append([f"`{name}`", "bench/h200/side_by_side.py", c.get("date", "?"), host, notes])
         else:
             rows.append([f"`{name}`", "accuracy records", c.get("transcribed_on", "?"), "—",
