@@ -108,6 +108,10 @@ everything = ["W", "U", "S", "Vbar_update", "P", "G'", "gamma Q", "dVbar_update"
               "dVbar2", "E_o", "T", "dW", "dT", "F", "beta V", "beta gamma K"]
 v2 = {n: bf16 for n in everything}
 v2.update({n: pair for n in ["W", "U", "S", "Vbar_update", "P", "G'", "S2", "G'2", "Vbar2", "dVbar2"]})
+v3 = dict(v2)
+v3.update({"S2": bf16, "G'2": bf16})
+v3_all_single = dict(v3)
+v3_all_single.update({"Vbar2": bf16, "dVbar2": bf16})
 reused_forward = {n: pair for n in everything}
 reused_forward.update({"W": bf16, "U": bf16, "Vbar_update": bf16})
 print("Gated DeltaNet" if gated else "DeltaNet", f"(bf16, B={B}, H={H}, L={L}, D={D}, C={C}): relative L2 vs float64")
@@ -115,3 +119,5 @@ report("exact, then the stored bf16 rounding only", {})
 report("every intermediate one bf16 rounding", {n: bf16 for n in everything})
 report("the forward's bf16 W, U reused, the backward all pairs", reused_forward)
 report("v2 (cuda/NOTES_delta.md)", v2)
+report("v3: v2 with S_[c], G' rounded once in the chunk gradients", v3)
+report("v3 with V̄, dV̄ also rounded once there", v3_all_single)

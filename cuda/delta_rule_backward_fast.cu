@@ -1,9 +1,9 @@
 // DeltaNet / Gated DeltaNet backward on tensor cores (bf16 inputs, DK and DV ≤ 128 and multiples of 8,
 // 16-byte aligned rows), host side. Four launches:
 //   1. wy_prepare_async_kernel (the forward's stage 1), writing T = A⁻¹ in fp32 and W, U as hi + lo pairs in bf16;
-//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing S_[c] and V̄ as
-//      the hi + lo pairs that W, U, S and the update's V̄ also enter the tensor cores as;
-//   3. gradient_scan_registers_kernel: dV̄ and G_[c+1] = dL/dS_[c+1] (as pairs), chunks in reverse;
+//   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing V̄ as the hi + lo
+//      pair that W, U, S and the update's V̄ also enter the tensor cores as, and S_[c] rounded once;
+//   3. gradient_scan_registers_kernel: dV̄ (as a pair) and G_[c+1] = dL/dS_[c+1] (rounded once), chunks in reverse;
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg for every chunk at once.
 // Every other input takes delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
@@ -36,20 +36,21 @@ bool pair_rows(const void* data, const Strides& s, const BackwardParams& p) {
 }
 
 // The intermediates, carved out of the workspace in a fixed order: T (fp32) in the caller's buffer when given;
-// W, U and the pairs that stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace, and copied out in
-// fp32 (hi + lo, exactly) where the caller gives the fp32 intermediates (the stage checks).
+// W, U and what stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace. Where the caller gives the fp32
+// intermediates (the stage checks), the pairs are copied out as hi + lo (exactly), and the scans write S_[c]
+// and G_[c+1] in fp32 from their registers.
 FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
   const std::size_t heads = std::size_t(p.batch) * p.heads, L = p.length, C = p.chunk_size;
   const std::size_t N = (L + C - 1) / C, DK = p.key_dim, DV = p.value_dim;
   WorkspaceCarver workspace(p.workspace);
-  const auto pairs = [&](std::size_t count) { return workspace.take(nullptr, heads * count * 2); };
+  const auto sixteen_bit = [&](std::size_t count) { return workspace.take(nullptr, heads * count * 2); };  // count entries a head
   FastBuffers b{};
   b.wy_inverse = static_cast<float*>(workspace.take(p.wy_inverse, heads * N * C * C * 4));
-  b.w = pairs(L * DK), b.w_lo = pairs(L * DK), b.u = pairs(L * DV), b.u_lo = pairs(L * DV);
-  b.state_pass.s_hi = pairs(N * DV * DK), b.state_pass.s_lo = pairs(N * DV * DK);
-  b.state_pass.v_hi = pairs(L * DV), b.state_pass.v_lo = pairs(L * DV);
-  b.d_v_new_hi = pairs(L * DV), b.d_v_new_lo = pairs(L * DV);
-  b.state_gradients_hi = pairs(N * DV * DK), b.state_gradients_lo = pairs(N * DV * DK);
+  b.w = sixteen_bit(L * DK), b.w_lo = sixteen_bit(L * DK), b.u = sixteen_bit(L * DV), b.u_lo = sixteen_bit(L * DV);
+  b.state_pass.s = sixteen_bit(N * DV * DK);
+  b.state_pass.v_hi = sixteen_bit(L * DV), b.state_pass.v_lo = sixteen_bit(L * DV);
+  b.d_v_new_hi = sixteen_bit(L * DV), b.d_v_new_lo = sixteen_bit(L * DV);
+  b.state_gradients = sixteen_bit(N * DV * DK);
   b.gate_sums = static_cast<float*>(p.gate_sums);
   b.d_w = static_cast<float*>(p.d_w);
   b.wy_system_adjoint = static_cast<float*>(p.wy_system_adjoint);
@@ -73,6 +74,7 @@ ForwardStageParams forward_params(const BackwardStageParams& p, const FastBuffer
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo;
   f.wy_system = static_cast<float*>(p.wy_system);
   f.wy_inverse = b.wy_inverse;
+  f.boundary_states = static_cast<float*>(p.boundary_states);
   return f;
 }
 
@@ -104,7 +106,7 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
   const int N = chunk_count(p.length, C), heads = p.batch * p.heads, slices = (p.value_dim + kTcSlice - 1) / kTcSlice;
   const std::string suffix = "<bf16, C=" + std::to_string(C) + ">";
   const ForwardStageParams f = forward_params(p, b);
-  const std::size_t tokens = std::size_t(heads) * p.length, states = std::size_t(heads) * N * p.value_dim * p.key_dim;
+  const std::size_t tokens = std::size_t(heads) * p.length;
   const auto runs = [&](TensorCoreStage s) { return first <= s && s <= last; };
   if (runs(TensorCoreStage::prepare)) {
     launch(wy_prepare_async_kernel<T, C>, dim3(N, heads), wy_prepare_async_threads(C),
@@ -115,13 +117,11 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
   if (runs(TensorCoreStage::state_pass)) {
     launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream,
            "chunk_scan_registers_kernel<StatePass>" + suffix, f, b.state_pass);
-    expose_pairs(b.state_pass.s_hi, b.state_pass.s_lo, p.boundary_states, states, stream);
     expose_pairs(b.state_pass.v_hi, b.state_pass.v_lo, p.v_new, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::gradient_scan)) {
     launch(gradient_scan_registers_kernel<T, C>, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, stream,
            "gradient_scan_registers_kernel" + suffix, p, b);
-    expose_pairs(b.state_gradients_hi, b.state_gradients_lo, p.state_gradients, states, stream);
     expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::chunk_gradients))

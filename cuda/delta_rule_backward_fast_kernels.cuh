@@ -6,10 +6,10 @@
 //
 //   3. gradient_scan_registers_kernel (one block per head and 64 value rows of G, chunks in reverse): the
 //      mirror of the register scan. G = dL/dS in fp32 registers; per chunk G' = G_[c+1] is published as
-//      hi + lo, dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as hi + lo), then
+//      hi + lo (and stored rounded once for stage 4), dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as hi + lo), then
 //      G_[c] = γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W with dV̄, diag(γ) dO and W rounded once.
 //   4. chunk_gradients_kernel (one block per chunk and head, all chunks at once): the products with the
-//      states first, S_[c] and G' streamed through shared memory 32 value rows at a time as hi + lo:
+//      states first, S_[c] and G' (each rounded once) streamed through shared memory 16 value rows at a time:
 //      dq = diag(γ) dO S + E_o K, dW = −dV̄ S, V̄ G'; then the WY adjoint (dT, X = Tᵀ dT, E = −X Tᵀ
 //      strictly lower), dk, dv, dβ and, gated, the gate-sum gradients dG and dg.
 // Operands that are intermediates enter the tensor cores either as one rounding to the input dtype or
@@ -30,8 +30,9 @@ using namespace DELTAPROOF_FORWARD_KERNELS;
 using delta_rule::BackwardStageParams;
 
 // The intermediates of the tensor-core backward, resolved to the caller's buffers or to the workspace by
-// the host. Those that stage 4 reads as tensor-core operands are written by stages 2 and 3 as the hi + lo
-// pairs it uses (x = hi + lo, each in the dtype), so that it copies them in without converting.
+// the host. Those that stage 4 reads as tensor-core operands are written by stages 2 and 3 in the form it
+// uses (V̄ and dV̄ as hi + lo pairs, x = hi + lo, each in the dtype; S_[c] and G_[c+1] rounded once), so that
+// it copies them in without converting.
 struct FastBuffers {
   float* wy_inverse;       // [B, H, N, C, C] fp32 T = A⁻¹ (stage 1)
   void* w;                 // [B, H, L, DK] dtype: W rounded (stage 1)
@@ -40,7 +41,7 @@ struct FastBuffers {
   void* u_lo;              // [B, H, L, DV] dtype (stage 1)
   StatePassOutputs state_pass;  // S_[c] and V̄ as pairs (stage 2)
   void *d_v_new_hi, *d_v_new_lo;              // [B, H, L, DV] dtype: dV̄ (stage 3)
-  void *state_gradients_hi, *state_gradients_lo;  // [B, H, N, DV, DK] dtype: G_[c+1] = dL/dS_[c+1] (stage 3)
+  void* state_gradients;   // [B, H, N, DV, DK] dtype: G_[c+1] = dL/dS_[c+1] rounded once (stage 3)
   // Written only when given (stage checks):
   float* gate_sums;           // [B, H, L] G_i
   float* d_w;                 // [B, H, L, DK] dW = −dV̄ S_[c]
@@ -143,15 +144,23 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) The chunk's rows in; G' out as hi + lo and as the pair stage 4 reads; G_i.
+    // (1) The chunk's rows in; G' out as hi + lo, rounded once for stage 4 and in fp32 when asked; G_i.
     load_rows(q_s, q, p.q_strides.row, t0, size);
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_rows(w_s, w_head, DK, t0, size);
     load_slice(do_s, t0, size);
     {
       const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
-      publish_state_part<T>(G, g_hi, g_lo, state_rows, state_key0, static_cast<T*>(b.state_gradients_hi) + at,
-                            static_cast<T*>(b.state_gradients_lo) + at, DK, DV - v0 - state_rows, DK - state_key0, g, t);
+      publish_state_part<T>(G, g_hi, g_lo, state_rows, state_key0, static_cast<T*>(b.state_gradients) + at, DK,
+                            DV - v0 - state_rows, DK - state_key0, g, t);
+      if (p.state_gradients != nullptr)  // G_[c+1] in fp32, for the stage tests
+#pragma unroll
+        for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int r = g + (x / 2) * 8, c = 8 * n + 2 * t + x % 2;
+            if (v0 + state_rows + r < DV && state_key0 + c < DK) static_cast<float*>(p.state_gradients)[at + r * DK + c] = G[n][x];
+          }
     }
     if (gated && warp == 0) {
       float lo = lane < size ? gate_head[(t0 + lane) * p.log_gate_strides.row] : 0.0f;
@@ -357,7 +366,7 @@ __host__ __device__ constexpr int chunk_gradients_threads(int chunk) { return 32
 
 struct ChunkGradientsLayout {
   std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
-  std::size_t stream;                    // [2 buffers][S hi, S lo, G' hi, G' lo][kStream][kTcLd]; then βV, βγK (P3)
+  std::size_t stream;                    // [2 buffers][S, G'][kStream][kTcLd]; then βV, βγK (P3)
   std::size_t t, e_out, d_t;             // C×C operands: T; E_o, later X; dT, later F
   std::size_t scalars, partials, bytes;
 };
@@ -374,7 +383,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
   l.d_v_new_hi = l.v_new_lo + rows;
   l.d_v_new_lo = l.d_v_new_hi + rows;
   l.stream = l.d_v_new_lo + rows;
-  const std::size_t stream_bytes = 8 * tile > 2 * rows ? 8 * tile : 2 * rows;  // βV and βγK reuse it
+  const std::size_t stream_bytes = 4 * tile > 2 * rows ? 4 * tile : 2 * rows;  // βV and βγK reuse it
   l.t = l.stream + stream_bytes;
   l.e_out = l.t + square;
   l.d_t = l.e_out + square;
@@ -387,8 +396,8 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 // Per chunk (n = its length, rows past n are zero in every operand):
 //   P1  E_o = (dO V̄ᵀ) ⊙ D on and below the diagonal (V̄ as hi + lo), rounded once; gated: the row and column
 //       sums of Z_o = strictly_lower((dO V̄ᵀ) ⊙ P), P = Q Kᵀ ⊙ D.
-//   P2  S_[c] and G' streamed 32 value rows at a time as hi + lo: dO S, −dV̄ S (dV̄ hi + lo) and V̄ G' (V̄
-//       hi + lo) accumulate in registers; <G', S> per thread.
+//   P2  S_[c] and G' (each rounded once) streamed 16 value rows at a time: dO S, −dV̄ S (dV̄ hi + lo) and V̄ G'
+//       (V̄ hi + lo) accumulate in registers; <G', S> per thread.
 //   P3  dq = diag(γ) dO S + E_o K; dW rounded once; dk ← diag(λ) V̄ G' + E_oᵀ Q; then
 //       dT = dV̄ (diag(β) V)ᵀ + dW (diag(βγ) K)ᵀ (βV, βγK rounded once), rounded once.
 //   P4  X = Tᵀ dT (T rounded once), rounded once; E = strictly_lower(−X Tᵀ); F = diag(β) (E ⊙ D) rounded
@@ -410,7 +419,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
   T *q_s = at(lay.queries), *k_s = at(lay.keys), *v_s = at(lay.values), *do_s = at(lay.d_out);
   T *vb_hi = at(lay.v_new_hi), *vb_lo = at(lay.v_new_lo), *dvb_hi = at(lay.d_v_new_hi), *dvb_lo = at(lay.d_v_new_lo);
-  T* stream = at(lay.stream);      // tile j of buffer b at stream + (4b + j) · kStream · kTcLd: S hi, S lo, G' hi, G' lo
+  T* stream = at(lay.stream);      // tile j of buffer b at stream + (2b + j) · kStream · kTcLd: S, G' 
   T *t_s = at(lay.t), *eo_s = at(lay.e_out), *dt_s = at(lay.d_t);
   T* dw_s = vb_hi;                  // dW rounded, once V̄ is no longer read (P3 on)
   T *bv_s = stream, *bgk_s = stream + C * kTcLd;  // βV and βγK over the dead stream tiles (P3): [C][kTcLd] each
@@ -458,14 +467,12 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   };
   const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
   const std::size_t state_rows0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first row
-  // Value rows r0.. of S_[c] and G' (hi and lo) into stream buffer `buffer`.
+  // Value rows r0.. of S_[c] and G' into stream buffer `buffer`.
   auto load_stream = [&](int buffer, int r0) {
-    T* tiles = stream + 4 * buffer * kStream * kTcLd;
+    T* tiles = stream + 2 * buffer * kStream * kTcLd;
     const int rows = min(kStream, DV - r0);
-    load_rows(tiles, packed(b.state_pass.s_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
-    load_rows(tiles + kStream * kTcLd, packed(b.state_pass.s_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
-    load_rows(tiles + 2 * kStream * kTcLd, packed(b.state_gradients_hi, state_rows0 + r0, DK), DK, rows, kStream, DK);
-    load_rows(tiles + 3 * kStream * kTcLd, packed(b.state_gradients_lo, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles, packed(b.state_pass.s, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    load_rows(tiles + kStream * kTcLd, packed(b.state_gradients, state_rows0 + r0, DK), DK, rows, kStream, DK);
     copy_async_commit();
   };
   // Three copy groups: what P1 reads (dO, V̄, Q, K), then V and dV̄ (first read in P2), then the first state
@@ -583,9 +590,9 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
     }
   }
 
-  // ---- P2: the state products, S_[c] and G' streamed as hi + lo pairs, one tile ahead.
+  // ---- P2: the state products, S_[c] and G' (each rounded once) streamed one tile ahead.
   float dq[kDTiles][4] = {}, dw[kDTiles][4] = {}, vg[kDTiles][4] = {};
-  float gs = 0.0f;  // this thread's part of <G', S>, of the pairs as the tensor cores see them
+  float gs = 0.0f;  // this thread's part of <G', S>, of the rounded states as the tensor cores see them
   for (int r0 = 0, buffer = 0; r0 < DV; r0 += kStream, buffer ^= 1) {
     __syncthreads();  // the other buffer is consumed (and, the first time, P1's E_o is published)
     if (r0 + kStream < DV) {
@@ -595,17 +602,15 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
       copy_async_wait<0>();
     }
     __syncthreads();
-    const T* s_hi = stream + 4 * buffer * kStream * kTcLd;
-    const T *s_lo = s_hi + kStream * kTcLd, *g_hi = s_lo + kStream * kTcLd, *g_lo = g_hi + kStream * kTcLd;
+    const T* s_tile = stream + 2 * buffer * kStream * kTcLd;
+    const T* g_tile = s_tile + kStream * kTcLd;
     if (gated)
       for (int e = tid; e < kStream * (kTcKeys / 2); e += kThreads) {
         const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
-        const float2 sh = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_hi + at_pair));
-        const float2 sl = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_lo + at_pair));
-        const float2 gh = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_hi + at_pair));
-        const float2 gl = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_lo + at_pair));
-        gs = fmaf(gh.x + gl.x, sh.x + sl.x, gs);  // hi + lo: exact in fp32
-        gs = fmaf(gh.y + gl.y, sh.y + sl.y, gs);
+        const float2 sv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_tile + at_pair));
+        const float2 gv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_tile + at_pair));
+        gs = fmaf(gv.x, sv.x, gs);  // a product of two 16-bit values: exact in fp32
+        gs = fmaf(gv.y, sv.y, gs);
       }
     {
       constexpr int kk = 0;  // one 16-row k-step per tile
@@ -619,19 +624,14 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
       negate(awl);
 #pragma unroll
       for (int nt = 0; nt < kDTiles; nt += 2) {
-        unsigned sh[4], sl[4], gh[4], gl[4];
-        b_columns(sh, s_hi, kTcLd, 16 * kk, col0 + 8 * nt);
-        b_columns(sl, s_lo, kTcLd, 16 * kk, col0 + 8 * nt);
-        b_columns(gh, g_hi, kTcLd, 16 * kk, col0 + 8 * nt);
-        b_columns(gl, g_lo, kTcLd, 16 * kk, col0 + 8 * nt);
-        mma_pair<T>(dq[nt], dq[nt + 1], ad, sh);
-        mma_pair<T>(dq[nt], dq[nt + 1], ad, sl);
-        mma_pair<T>(dw[nt], dw[nt + 1], awh, sh);
-        mma_pair<T>(dw[nt], dw[nt + 1], awh, sl);
-        mma_pair<T>(dw[nt], dw[nt + 1], awl, sh);
-        mma_pair<T>(vg[nt], vg[nt + 1], avh, gh);
-        mma_pair<T>(vg[nt], vg[nt + 1], avh, gl);
-        mma_pair<T>(vg[nt], vg[nt + 1], avl, gh);
+        unsigned bs[4], bg[4];
+        b_columns(bs, s_tile, kTcLd, 16 * kk, col0 + 8 * nt);
+        b_columns(bg, g_tile, kTcLd, 16 * kk, col0 + 8 * nt);
+        mma_pair<T>(dq[nt], dq[nt + 1], ad, bs);
+        mma_pair<T>(dw[nt], dw[nt + 1], awh, bs);
+        mma_pair<T>(dw[nt], dw[nt + 1], awl, bs);
+        mma_pair<T>(vg[nt], vg[nt + 1], avh, bg);
+        mma_pair<T>(vg[nt], vg[nt + 1], avl, bg);
       }
     }
   }

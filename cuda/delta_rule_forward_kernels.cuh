@@ -369,13 +369,12 @@ constexpr int kTcScanThreads = 256, kTcSlice = 64, kTcKeys = 128;
 constexpr int kTcLd = kTcKeys + 8, kTcVLd = kTcSlice + 8;  // padded rows: ldmatrix without bank conflicts
 
 // A warp's 16 × 64 part of a scan's state (registers, mma accumulator layout: 8 n8 tiles) published
-// as hi + lo to the shared tiles the block's products read (row pitch kTcLd) and, when `out_hi` is
-// given, stored as the same pairs to global memory (`out_hi`/`out_lo` at the part's first row and
-// key, row pitch `out_pitch`; `rows_left`/`keys_left` from there bound what is stored).
+// as hi + lo to the shared tiles the block's products read (row pitch kTcLd) and, when `out` is given,
+// its hi part (the state rounded once) stored to global memory (`out` at the part's first row and key,
+// row pitch `out_pitch`; `rows_left`/`keys_left` from there bound what is stored).
 template <class T>
 __device__ __forceinline__ void publish_state_part(const float (&S)[8][4], T* s_hi, T* s_lo, int part_row, int part_key,
-                                                   T* out_hi, T* out_lo, int out_pitch, int rows_left, int keys_left,
-                                                   int g, int t) {
+                                                   T* out, int out_pitch, int rows_left, int keys_left, int g, int t) {
 #pragma unroll
   for (int n = 0; n < 8; n += 2)
 #pragma unroll
@@ -389,11 +388,8 @@ __device__ __forceinline__ void publish_state_part(const float (&S)[8][4], T* s_
         *reinterpret_cast<unsigned*>(s_hi + at) = hi[m];
         *reinterpret_cast<unsigned*>(s_lo + at) = lo[m];
       }
-      if (out_hi != nullptr) {
-        const std::size_t at = static_cast<std::size_t>(r) * out_pitch + 8 * n;
-        store_tile_pairs<T>(out_hi + at, hi[0], hi[1], t, r < rows_left, keys_left - 8 * n);
-        store_tile_pairs<T>(out_lo + at, lo[0], lo[1], t, r < rows_left, keys_left - 8 * n);
-      }
+      if (out != nullptr)
+        store_tile_pairs<T>(out + static_cast<std::size_t>(r) * out_pitch + 8 * n, hi[0], hi[1], t, r < rows_left, keys_left - 8 * n);
     }
 }
 
@@ -430,10 +426,11 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 // StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
 // operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
 // (W_hi Sᵀ_hi + W_hi Sᵀ_lo + W_lo Sᵀ_hi), and the update's diag(γ_C/γ) V̄ as hi + lo (two products) — with
-// S_[c] and V̄ written as the hi + lo pairs the chunk-gradient kernel reads (`pairs`, required). Q's buffer
-// holds W_lo, and the two V̄ buffers hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+// S_[c] rounded once and V̄ as a hi + lo pair written for the chunk-gradient kernel (`pairs`, required), and
+// S_[c] in fp32 where the caller asks for the boundary states. Q's buffer holds W_lo, and the two V̄ buffers
+// hold U_hi / U_lo, then the decayed V̄'s hi / lo.
 struct StatePassOutputs {
-  void *s_hi, *s_lo;  // [B, H, N, DV, DK] dtype: S_[c] = s_hi + s_lo, as the tensor cores see it
+  void* s;            // [B, H, N, DV, DK] dtype: S_[c] rounded once (what the chunk gradients read)
   void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
 };
 template <class T, int C, bool StatePass = false>
@@ -532,20 +529,18 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) K and U in; S_[c] out as hi + lo (and exposed in fp32 when asked); G_i.
+    // (1) K and U in; S_[c] out (state pass: rounded once), and in fp32 when asked; G_i.
     load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
     else load_scores(chunk);
     {
-      T* out_hi = nullptr;  // the state pass's S_[c] pairs
-      T* out_lo = nullptr;
+      T* out = nullptr;  // the state pass's S_[c], rounded once
       const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
-      if constexpr (StatePass) out_hi = static_cast<T*>(pairs.s_hi) + at, out_lo = static_cast<T*>(pairs.s_lo) + at;
-      publish_state_part<T>(S, s_hi, s_lo, state_rows, state_key0, out_hi, out_lo, DK, DV - v0 - state_rows,
-                            DK - state_key0, g, t);
+      if constexpr (StatePass) out = static_cast<T*>(pairs.s) + at;
+      publish_state_part<T>(S, s_hi, s_lo, state_rows, state_key0, out, DK, DV - v0 - state_rows, DK - state_key0, g, t);
     }
-    if (!StatePass && p.boundary_states)  // S_[c] in fp32, for the stage tests
+    if (p.boundary_states)  // S_[c] in fp32, for the stage tests
 #pragma unroll
       for (int n = 0; n < kStateTiles; ++n)
 #pragma unroll

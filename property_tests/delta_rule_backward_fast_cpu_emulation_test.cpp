@@ -68,7 +68,7 @@ namespace bk = deltaproof::cuda::backward_fast_kernels_emulated;
 struct Emulated {
   Tensor q, k, v, beta, log_gate, initial_state, d_output, d_final_state;
   Tensor dq, dk, dv, d_beta, d_log_gate, d_initial_state;
-  Tensor a, t, w, w_lo, u, u_lo, s_hi, s_lo, v_hi, v_lo, dv_hi, dv_lo, g_hi, g_lo, gate_sums, d_w, e, d_gate_sums;
+  Tensor a, t, w, w_lo, u, u_lo, s, v_hi, v_lo, dv_hi, dv_lo, g, boundary, state_gradients, gate_sums, d_w, e, d_gate_sums;
 };
 
 template <int C>
@@ -89,8 +89,9 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
 }
 
 // The tensor-core backward on the emulated machine; every intermediate read back exactly (an entry never
-// written is an error), the pairs (W, U, S_[c], V̄, dV̄, G_[c+1]) as their hi + lo sums, as the stage checks
-// take them.
+// written is an error), the pairs (W, U, V̄, dV̄) as their hi + lo sums and S_[c], G_[c+1] from the scans'
+// fp32 copies, as the stage checks take them (the rounded S_[c] and G_[c+1] that stage 4 reads must be written
+// too).
 BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                 ThreadOrder order = ThreadOrder::shuffled, std::uint64_t seed = 1) {
   if (c.dtype != DType::bf16 || c.key_dim > 128 || c.value_dim > 128 || c.key_dim % 8 != 0 || c.value_dim % 8 != 0)
@@ -110,8 +111,8 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.a = Tensor("wy_system", f32, B, H, N * C, C), m.t = Tensor("wy_inverse", f32, B, H, N * C, C);
   m.w = Tensor("w", d, B, H, L, DK), m.w_lo = Tensor("w_lo", d, B, H, L, DK);
   m.u = Tensor("u", d, B, H, L, DV), m.u_lo = Tensor("u_lo", d, B, H, L, DV);
-  m.s_hi = Tensor("s_hi", d, B, H, N * DV, DK), m.s_lo = Tensor("s_lo", d, B, H, N * DV, DK);
-  m.g_hi = Tensor("state_gradients_hi", d, B, H, N * DV, DK), m.g_lo = Tensor("state_gradients_lo", d, B, H, N * DV, DK);
+  m.s = Tensor("s", d, B, H, N * DV, DK), m.g = Tensor("state_gradients_rounded", d, B, H, N * DV, DK);
+  m.boundary = Tensor("boundary_states", f32, B, H, N * DV, DK), m.state_gradients = Tensor("state_gradients", f32, B, H, N * DV, DK);
   m.v_hi = Tensor("v_hi", d, B, H, L, DV), m.v_lo = Tensor("v_lo", d, B, H, L, DV);
   m.dv_hi = Tensor("d_v_new_hi", d, B, H, L, DV), m.dv_lo = Tensor("d_v_new_lo", d, B, H, L, DV);
   m.gate_sums = Tensor("gate_sums", f32, B, H, L, 1), m.d_w = Tensor("d_w", f32, B, H, L, DK);
@@ -126,12 +127,13 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   p.initial_state = m.initial_state.data(), p.d_output = m.d_output.data(), p.d_final_state = m.d_final_state.data();
   p.dq = m.dq.data(), p.dk = m.dk.data(), p.dv = m.dv.data(), p.d_beta = m.d_beta.data(), p.d_log_gate = m.d_log_gate.data();
   p.d_initial_state = m.d_initial_state.data();
+  p.boundary_states = m.boundary.data(), p.state_gradients = m.state_gradients.data();
   const auto fp = [](Tensor& x) { return static_cast<float*>(x.data()); };
   bk::FastBuffers b{};
   b.wy_inverse = fp(m.t), b.w = m.w.data(), b.w_lo = m.w_lo.data(), b.u = m.u.data(), b.u_lo = m.u_lo.data();
-  b.state_pass = {m.s_hi.data(), m.s_lo.data(), m.v_hi.data(), m.v_lo.data()};
+  b.state_pass = {m.s.data(), m.v_hi.data(), m.v_lo.data()};
   b.d_v_new_hi = m.dv_hi.data(), b.d_v_new_lo = m.dv_lo.data();
-  b.state_gradients_hi = m.g_hi.data(), b.state_gradients_lo = m.g_lo.data();
+  b.state_gradients = m.g.data();
   b.gate_sums = fp(m.gate_sums), b.d_w = fp(m.d_w), b.wy_system_adjoint = fp(m.e), b.gate_sum_gradients = fp(m.d_gate_sums);
   // The forward's parameters as delta_rule_backward_fast.cu builds them.
   cuda::delta_rule::ForwardStageParams f;
@@ -141,6 +143,7 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   f.q = p.q, f.k = p.k, f.v = p.v, f.beta = p.beta;
   f.log_gate = static_cast<const float*>(p.log_gate), f.initial_state = static_cast<const float*>(p.initial_state);
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo, f.wy_system = fp(m.a), f.wy_inverse = b.wy_inverse;
+  f.boundary_states = fp(m.boundary);
   switch (C) {
     case 16: run_kernels<16>(p, f, b, order, seed); break;
     case 32: run_kernels<32>(p, f, b, order, seed); break;
@@ -159,8 +162,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
     for (size_t i = 0; i < x.data.size(); ++i) x.data[i] += y.data[i];
     return x;
   };
-  r.w = sum(m.w, m.w_lo), r.u = sum(m.u, m.u_lo), r.boundary = sum(m.s_hi, m.s_lo), r.v_new = sum(m.v_hi, m.v_lo);
-  r.d_v_new = sum(m.dv_hi, m.dv_lo), r.state_gradients = sum(m.g_hi, m.g_lo);
+  r.w = sum(m.w, m.w_lo), r.u = sum(m.u, m.u_lo), r.v_new = sum(m.v_hi, m.v_lo), r.d_v_new = sum(m.dv_hi, m.dv_lo);
+  r.boundary = read(m.boundary), r.state_gradients = read(m.state_gradients);
+  for (const Tensor* rounded : {&m.s, &m.g}) read(*rounded);  // throws on an entry never written
   return r;
 }
 

@@ -306,19 +306,13 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     if (cc + 1 == N && !has_final) continue;
     const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
     const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
-    // State pass: the kernel carries S in fp32 registers and exposes pairs of it, so Ŝ_[c] and a boundary
-    // Ŝ_[c+1] each differ from what it computed with by u²|S| (+η), and its update operand pair(λ V̄) differs
-    // from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄|.
-    const Matrix<S> pair_residuals =
-        pairs ? Matrix<S>(Matrix<S>(scalar_times(u_pair, Matrix<S>(s_hat.cwiseAbs() * gamma_end +
-                                                              (cc + 1 < N ? Matrix<S>(s_next_hat.cwiseAbs()) : Matrix<S>(Matrix<S>::Zero(DV, DK)))))).array() +
-                          S(2 * un.eta))
-              : Matrix<S>(Matrix<S>::Zero(DV, DK));
+    // State pass: S_[c] is exposed in fp32 from the registers it is carried in; the update operand pair(λ V̄)
+    // differs from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄| (in the 3u² below).
     const Matrix<S> s_next_bound =
         scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
         scalar_times(pairs ? rho(C + 3, 0, 0, 3 * u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
                      Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
-        scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) + pair_residuals +
+        scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
         floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
     add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
 
