@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
   T *q_s = at(lay.queries), *k_s = at(lay.keys), *v_s = at(lay.values), *do_s = at(lay.d_out);
   T *vb_hi = at(lay.v_new_hi), *vb_lo = at(lay.v_new_lo), *dvb_hi = at(lay.d_v_new_hi), *dvb_lo = at(lay.d_v_new_lo);
-  T* stream = at(lay.stream);      // tile j of buffer b at stream + (2b + j) · kStream · kTcLd: S, G' 
+  T* stream = at(lay.stream);      // tile j of buffer b at stream + (2b + j) · kStream · kTcLd: S, G'
   T *t_s = at(lay.t), *eo_s = at(lay.e_out), *dt_s = at(lay.d_t);
   T* dw_s = vb_hi;                  // dW rounded, once V̄ is no longer read (P3 on)
   T *bv_s = stream, *bgk_s = stream + C * kTcLd;  // βV and βγK over the dead stream tiles (P3): [C][kTcLd] each
