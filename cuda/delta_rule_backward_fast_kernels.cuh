@@ -6,11 +6,11 @@
 //
 //   3. gradient_scan_registers_kernel (one block per head and 64 value rows of G, chunks in reverse): the
 //      mirror of the register scan. G = dL/dS in fp32 registers; per chunk G' = G_[c+1] is published as
-//      hi + lo (and stored rounded once for stage 4), dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as hi + lo), then
-//      G_[c] = γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W with dV̄, diag(γ) dO and W rounded once.
+//      hi + lo (and stored rounded once for stage 4), dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as
+//      hi + lo), then G_[c] = γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W with dV̄, diag(γ) dO and W rounded once.
 //   4. chunk_gradients_kernel (one block per chunk and head, all chunks at once): the products with the
-//      states first, S_[c] and G' (each rounded once) streamed through shared memory 16 value rows at a time:
-//      dq = diag(γ) dO S + E_o K, dW = −dV̄ S, V̄ G'; then the WY adjoint (dT, X = Tᵀ dT, E = −X Tᵀ
+//      states first, S_[c] and G' (each rounded once) streamed through shared memory 32 value rows at a time
+//      (16 at C < 64): dq = diag(γ) dO S + E_o K, dW = −dV̄ S, V̄ G'; then the WY adjoint (dT, X = Tᵀ dT, E = −X Tᵀ
 //      strictly lower), dk, dv, dβ and, gated, the gate-sum gradients dG and dg.
 // Operands that are intermediates enter the tensor cores either as one rounding to the input dtype or
 // as a hi + lo pair (x = hi + lo + O(u²|x|)): which one, per product, is fixed by the precision plan
@@ -355,7 +355,9 @@ __device__ __forceinline__ void negate(unsigned (&a)[4]) {
   for (int x = 0; x < 4; ++x) a[x] ^= 0x80008000u;  // flipping the sign bits is exact
 }
 
-constexpr int kStream = 16;  // value rows of S_[c] and G' per streamed tile (one k-step), two tiles in flight
+// Value rows of S_[c] and G' per streamed tile, two tiles in flight: 32 (two k-steps per barrier) where the
+// tiles fit in the space βV and βγK take later (C = 64), else 16, which keeps C = 32 at two blocks per SM.
+__host__ __device__ constexpr int chunk_gradients_stream(int chunk) { return chunk >= 64 ? 32 : 16; }
 
 // Warps per chunk-gradient block: 16 where C ≥ 32, so that the one block an SM holds (its shared memory) brings
 // 16 warps, not 8, to hide the latencies (v2 run 3: 12.5 % occupancy); a C × D product's 16 n8 tiles are then
@@ -366,13 +368,14 @@ __host__ __device__ constexpr int chunk_gradients_threads(int chunk) { return 32
 
 struct ChunkGradientsLayout {
   std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
-  std::size_t stream;                    // [2 buffers][S, G'][kStream][kTcLd]; then βV, βγK (P3)
+  std::size_t stream;                    // [2 buffers][S, G'][stream rows][kTcLd]; then βV, βγK (P3)
   std::size_t t, e_out, d_t;             // C×C operands: T; E_o, later X; dT, later F
   std::size_t scalars, partials, bytes;
 };
 __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int chunk) {
   ChunkGradientsLayout l{};
-  const std::size_t rows = static_cast<std::size_t>(chunk) * kTcLd * 2, tile = static_cast<std::size_t>(kStream) * kTcLd * 2;
+  const std::size_t rows = static_cast<std::size_t>(chunk) * kTcLd * 2;
+  const std::size_t tile = static_cast<std::size_t>(chunk_gradients_stream(chunk)) * kTcLd * 2;
   const std::size_t square = static_cast<std::size_t>(chunk) * (chunk + 8) * 2;
   l.queries = 0;
   l.keys = l.queries + rows;
@@ -396,8 +399,8 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 // Per chunk (n = its length, rows past n are zero in every operand):
 //   P1  E_o = (dO V̄ᵀ) ⊙ D on and below the diagonal (V̄ as hi + lo), rounded once; gated: the row and column
 //       sums of Z_o = strictly_lower((dO V̄ᵀ) ⊙ P), P = Q Kᵀ ⊙ D.
-//   P2  S_[c] and G' (each rounded once) streamed 16 value rows at a time: dO S, −dV̄ S (dV̄ hi + lo) and V̄ G'
-//       (V̄ hi + lo) accumulate in registers; <G', S> per thread.
+//   P2  S_[c] and G' (each rounded once) streamed 32 value rows at a time (16 at C < 64): dO S, −dV̄ S (dV̄
+//       hi + lo) and V̄ G' (V̄ hi + lo) accumulate in registers; <G', S> per thread.
 //   P3  dq = diag(γ) dO S + E_o K; dW rounded once; dk ← diag(λ) V̄ G' + E_oᵀ Q; then
 //       dT = dV̄ (diag(β) V)ᵀ + dW (diag(βγ) K)ᵀ (βV, βγK rounded once), rounded once.
 //   P4  X = Tᵀ dT (T rounded once), rounded once; E = strictly_lower(−X Tᵀ); F = diag(β) (E ⊙ D) rounded
@@ -414,6 +417,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
   constexpr int kPitchC = C + 8;
+  constexpr int kStream = chunk_gradients_stream(C);
   constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
   extern __shared__ __align__(128) unsigned char smem[];
   auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
@@ -612,14 +616,14 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
         gs = fmaf(gv.x, sv.x, gs);  // a product of two 16-bit values: exact in fp32
         gs = fmaf(gv.y, sv.y, gs);
       }
-    {
-      constexpr int kk = 0;  // one 16-row k-step per tile
+#pragma unroll
+    for (int kk = 0; kk < kStream / 16; ++kk) {  // value rows past DV are zero in both operands
       unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
-      a_rows(ad, do_s, kTcLd, i0, r0);
-      a_rows(awh, dvb_hi, kTcLd, i0, r0);
-      a_rows(awl, dvb_lo, kTcLd, i0, r0);
-      a_rows(avh, vb_hi, kTcLd, i0, r0);
-      a_rows(avl, vb_lo, kTcLd, i0, r0);
+      a_rows(ad, do_s, kTcLd, i0, r0 + 16 * kk);
+      a_rows(awh, dvb_hi, kTcLd, i0, r0 + 16 * kk);
+      a_rows(awl, dvb_lo, kTcLd, i0, r0 + 16 * kk);
+      a_rows(avh, vb_hi, kTcLd, i0, r0 + 16 * kk);
+      a_rows(avl, vb_lo, kTcLd, i0, r0 + 16 * kk);
       negate(awh);
       negate(awl);
 #pragma unroll
