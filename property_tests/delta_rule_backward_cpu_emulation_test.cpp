@@ -214,6 +214,35 @@ TEST(DeltaRuleBackwardCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i]->data == o[i]->data) << "tensor #" << i;
 }
 
+// The case seed 28 of the GPU suite's ChunkSizesAgree drew (session 13): DK = 1, |k| = 1, β = 1 make
+// I − β k kᵀ = 0, so dS_0 = 0 over ℝ, while the kernels' fp32 terms of size |dO||q| leave a residue at every C.
+// The normwise agreement alone (τ times a zero norm) refused it; with the terms' magnitudes the allowance holds
+// what accumulation can leave, and still refuses a gradient off by 2⁻¹⁶ of its terms.
+TEST(DeltaRuleBackwardCpuEmulation, GradientThatCancelsToZeroAgreesWithinItsTerms) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  DeltaCase c;
+  c.gated = true, c.dtype = DType::f16, c.length = 1, c.key_dim = 1, c.value_dim = 32, c.seed = 0;
+  HostInputs in = make_inputs(c);
+  in.k.data.assign(in.k.data.size(), Exact(1)), in.beta.data.assign(in.beta.data.size(), Exact(1));
+  const Cotangents cot = make_cotangents(c);
+  const DoubleGradients oracle = double_gradients(c, in, cot);
+  ASSERT_TRUE(oracle.d_initial_state[0].isZero(0.0));
+  bool residue = false;
+  for (Index C : {16, 32, 64}) {
+    c.chunk = C;
+    BackwardResult r = emulate_backward(c, in, cot);
+    for (const Exact& x : r.d_initial_state.data) residue = residue || x != 0;
+    for (const Comparison& row : compare_gradients_end_to_end(c, r, oracle, gradient_tau(c.dtype), &oracle.magnitude))
+      EXPECT_TRUE(row.agrees()) << describe(c) << ": " << describe(row);
+    const Exact offset(0x1p-16 * oracle.magnitude.d_initial_state[0].maxCoeff());
+    for (Exact& x : r.d_initial_state.data) x += offset;
+    const std::vector<Comparison> planted = compare_gradients_end_to_end(c, r, oracle, gradient_tau(c.dtype), &oracle.magnitude);
+    EXPECT_FALSE(std::all_of(planted.begin(), planted.end(), [](const Comparison& row) { return row.agrees(); }))
+        << describe(c) << ": dS_0 off by 2^-16 of its terms passed";
+  }
+  EXPECT_TRUE(residue) << "no C left a residue: the case no longer exercises the allowance";
+}
+
 // The fp64 kernels against central differences of their own fp64 forward (the GPU suite's check,
 // here on the emulation: it tries the check's allowance before a GPU does), and the check failing
 // for a gradient off by 2⁻²⁰ relative.

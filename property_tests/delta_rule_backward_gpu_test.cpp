@@ -510,15 +510,15 @@ TEST(DeltaRuleBackwardGpu, ChunkSizesAgree) {
     for (Index C : {16, 32, 64}) {
       c.chunk = C;
       runs.push_back(run_backward(c, in, cot, false));
-      for (const Comparison& row : compare_gradients_end_to_end(c, runs.back(), oracle, gradient_tau(c.dtype)))
+      for (const Comparison& row : compare_gradients_end_to_end(c, runs.back(), oracle, gradient_tau(c.dtype), &oracle.magnitude))
         if (!row.agrees()) RC_FAIL(describe(c) + ": " + describe(row));
     }
     for (size_t i = 1; i < runs.size(); ++i) {
-      DoubleGradients first;
+      GradientTensors first;
       first.dq = heads_of(runs[0].dq), first.dk = heads_of(runs[0].dk), first.dv = heads_of(runs[0].dv);
       first.d_beta = heads_of(runs[0].d_beta), first.d_initial_state = heads_of(runs[0].d_initial_state);
       if (c.gated) first.d_log_gate = heads_of(runs[0].d_log_gate);
-      for (const Comparison& row : compare_gradients_end_to_end(c, runs[i], first, 2 * gradient_tau(c.dtype)))
+      for (const Comparison& row : compare_gradients_end_to_end(c, runs[i], first, 2 * gradient_tau(c.dtype), &oracle.magnitude))
         if (!row.agrees()) RC_FAIL(describe(c) + " C=" + std::to_string(16 << i) + " vs C=16: " + describe(row));
     }
   }));

@@ -99,19 +99,27 @@ BackwardResult oracle_backward_as_kernel(const DeltaCase& c, const HostInputs& i
 // Gated DeltaNet, carried over to ℚ): dq, dk, dv, d_beta, d_log_gate, d_initial_state.
 BackwardResult reference_gradients(const DeltaCase& c, const HostInputs& in, const Cotangents& cot);
 
-// float64 token-recurrence gradients (DESIGN.md's accuracy baseline), per head.
-struct DoubleGradients {
+// float64 token-recurrence gradients (DESIGN.md's accuracy baseline), per head, with `magnitude`: the same
+// recurrence on |inputs| with every − turned into + (each gradient's sum of the absolute values of its terms,
+// up to float64 rounding), the scale of what accumulation can leave where a gradient cancels.
+struct GradientTensors {
   std::vector<Matrix<double>> dq, dk, dv, d_beta, d_log_gate, d_initial_state;
+};
+struct DoubleGradients : GradientTensors {
+  GradientTensors magnitude;  // empty where the gradients came from a kernel
 };
 DoubleGradients double_gradients(const DeltaCase& c, const HostInputs& in, const Cotangents& cot);
 // Token-wise normwise agreement of every gradient with `reference` (rows "dq", "dk", "dv", "dbeta",
-// "dg", "dS_0"), threshold tau in units of the dtype's precision as compare_end_to_end's.
+// "dg", "dS_0"), threshold tau in units of the dtype's precision as compare_end_to_end's; given double_gradients'
+// `magnitudes`, plus what accumulation alone can leave: (L + C + DK + DV + 16) u_acc times the token's
+// magnitude norm plus the head's RMS of it.
 std::vector<Comparison> compare_gradients_end_to_end(const DeltaCase& c, const BackwardResult& r,
-                                                     const DoubleGradients& reference, double tau);
+                                                     const GradientTensors& reference, double tau,
+                                                     const GradientTensors* magnitudes = nullptr);
 double gradient_tau(DType d);
 // Relative L2 of each gradient against `reference` ("dq", "dk", "dv", "dbeta", "dg", "dS_0").
 std::vector<std::pair<std::string, double>> gradient_relative_l2(const DeltaCase& c, const BackwardResult& r,
-                                                                 const DoubleGradients& reference);
+                                                                 const GradientTensors& reference);
 
 // The fp64 kernels' directional derivative check along u (one input tensor, the others fixed):
 // central difference of the backward's own fp64 forward, (P̂(x+hu) − P̂(x−hu))/2h with h = 2⁻⁶ and

@@ -64,10 +64,12 @@ Comparison compare_within(const std::string& tensor, const ref::Matrix<T>& candi
 }
 
 // Token-wise normwise agreement over heads (head index hd = b·heads + h):
-//   ‖ĉ_t − c_t‖ <= τ (‖c_t‖ + RMS_t ‖c_t‖) for every row t.
+//   ‖ĉ_t − c_t‖ <= τ (‖c_t‖ + RMS_t ‖c_t‖) [+ f (‖m_t‖ + RMS_t ‖m_t‖)] for every row t,
+// the bracket where `magnitude` (m, per head, the terms' absolute sums) is given, with f = floor_unit.
 // One rowwise row: the worst token by error/allowed, index {t}; max_abs and rms over every entry.
 inline Comparison compare_rows_normwise(const std::string& tensor, const std::vector<ref::Matrix<double>>& candidate,
-                                        const std::vector<ref::Matrix<double>>& reference, double tau, Index heads) {
+                                        const std::vector<ref::Matrix<double>>& reference, double tau, Index heads,
+                                        const std::vector<ref::Matrix<double>>* magnitude = nullptr, double floor_unit = 0) {
   Comparison worst;
   worst.tensor = tensor;
   worst.norm = Norm::rowwise;
@@ -80,8 +82,11 @@ inline Comparison compare_rows_normwise(const std::string& tensor, const std::ve
     if (diff.size()) worst.max_abs = std::max(worst.max_abs, diff.cwiseAbs().maxCoeff());
     if (!candidate[hd].allFinite()) worst.finite = false;
     const double rms = std::sqrt(ref_m.squaredNorm() / double(std::max<Index>(1, ref_m.rows())));
+    const ref::Matrix<double>* mag = magnitude != nullptr ? &(*magnitude)[hd] : nullptr;
+    const double mag_rms = mag != nullptr ? std::sqrt(mag->squaredNorm() / double(std::max<Index>(1, mag->rows()))) : 0.0;
     for (Index t = 0; t < ref_m.rows(); ++t) {
-      const double err = diff.row(t).norm(), allowed = tau * (ref_m.row(t).norm() + rms);
+      const double err = diff.row(t).norm();
+      const double allowed = tau * (ref_m.row(t).norm() + rms) + (mag != nullptr ? floor_unit * (mag->row(t).norm() + mag_rms) : 0.0);
       const double ratio = ratio_with_verdict(allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0.0), err <= allowed);
       const double key = std::isnan(ratio) ? INFINITY : ratio;  // a NaN row is the worst
       if (key > worst_key) {
