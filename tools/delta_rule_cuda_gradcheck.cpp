@@ -47,8 +47,9 @@ int gradcheck_delta_family_cuda(const CaseOptions& o, bool gated) {
     const vdr::DeltaCase c = case_of(o, gated, DType::bf16);
     const vdr::HostInputs in = vdr::make_inputs(c);
     const vdr::Cotangents cot = vdr::make_cotangents(c);
-    for (const verify::Comparison& row : vdr::compare_gradients_end_to_end(
-             c, vdr::run_backward(c, in, cot, false), vdr::double_gradients(c, in, cot), vdr::gradient_tau(c.dtype)))
+    const vdr::DoubleGradients oracle = vdr::double_gradients(c, in, cot);
+    for (const verify::Comparison& row : vdr::compare_gradients_end_to_end(c, vdr::run_backward(c, in, cot, false), oracle,
+                                                                           vdr::gradient_tau(c.dtype), &oracle.magnitude))
       rows.push_back(row), labels.push_back("cuda bf16 vs float64");
   }
   const vdr::DeltaCase c64 = case_of(o, gated, DType::f64);
