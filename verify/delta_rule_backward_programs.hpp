@@ -187,11 +187,12 @@ struct BackwardUnits {
   double eta;    // half the dtype's smallest subnormal (absolute error of a tiny stored gradient)
   double floor;  // underflow floor, times max(magnitude) (as the forward stages')
   double eta_acc;  // half the accumulation type's smallest subnormal: the absolute part of one rounding
+                   // (fp64's half, 2⁻¹⁰⁷⁵, is no double: its smallest subnormal 2⁻¹⁰⁷⁴ stands in, an upper bound)
 };
 
 inline BackwardUnits backward_units(DType d) {
   switch (d) {
-    case DType::f64: return {0x1p-53, 0x1p-52, 0, 0, 0x1p-1000, 0x1p-1075};
+    case DType::f64: return {0x1p-53, 0x1p-52, 0, 0, 0x1p-1000, 0x1p-1074};
     case DType::f32: return {0x1p-24, 0x1p-22, 0, 0, 0x1p-110, 0x1p-150};
     case DType::bf16: return {0x1p-24, 0x1p-22, 0x1p-8, 0x1p-134, 0x1p-110, 0x1p-150};
     default: return {0x1p-24, 0x1p-22, 0x1p-11, 0x1p-25, 0x1p-110, 0x1p-150};
