@@ -488,6 +488,12 @@ std::vector<std::pair<std::string, std::pair<std::vector<Matrix<double>>, const 
   if (c.gated) pairs.push_back({"dg", {heads_of(r.d_log_gate), &reference.d_log_gate}});
   return pairs;
 }
+// The same gradients of one set (magnitudes), in the same order.
+std::vector<const std::vector<Matrix<double>>*> gradients_in_order(const DeltaCase& c, const GradientTensors& g) {
+  std::vector<const std::vector<Matrix<double>>*> out = {&g.dq, &g.dk, &g.dv, &g.d_beta, &g.d_initial_state};
+  if (c.gated) out.push_back(&g.d_log_gate);
+  return out;
+}
 }  // namespace
 
 std::vector<Comparison> compare_gradients_end_to_end(const DeltaCase& c, const BackwardResult& r,
@@ -498,13 +504,10 @@ std::vector<Comparison> compare_gradients_end_to_end(const DeltaCase& c, const B
   // at most γ_m u_acc of the terms' magnitude, m the longest chain (the state recurrence, a chunk, the two head
   // dimensions), so that is allowed on top of the normwise agreement.
   const double floor_unit = double(c.length + c.chunk + c.key_dim + c.value_dim + 16) * backward_units(c.dtype).acc;
-  const std::vector<std::pair<std::string, std::pair<std::vector<Matrix<double>>, const std::vector<Matrix<double>>*>>>
-      scales = magnitudes != nullptr ? gradient_pairs(c, r, *magnitudes) : decltype(gradient_pairs(c, r, reference)){};
+  const auto scales = magnitudes != nullptr ? gradients_in_order(c, *magnitudes) : std::vector<const std::vector<Matrix<double>>*>{};
   std::vector<Comparison> rows;
   for (const auto& [name, pair] : gradient_pairs(c, r, reference)) {
-    const std::vector<Matrix<double>>* scale = nullptr;
-    for (const auto& s : scales)
-      if (s.first == name) scale = s.second.second;
+    const std::vector<Matrix<double>>* scale = scales.empty() ? nullptr : scales[rows.size()];
     rows.push_back(compare_rows_normwise(name, pair.first, *pair.second, tau, c.heads, scale, floor_unit));
   }
   return rows;
