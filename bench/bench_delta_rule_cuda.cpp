@@ -1,7 +1,8 @@
 // DeltaNet and Gated DeltaNet kernels on the GPU (DESIGN.md performance targets): chunkwise
 // forward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, each stage timed on its own
-// too (WY preparation, state scan + output), the backward (all four stages, each stage alone, and
-// forward + backward), and decode of one token at B=64, H=16, D=128 with an fp32 state. Timing:
+// too (WY preparation, state scan + output), the backward (all four stages, each stage alone), a
+// training step's forward + backward (the forward keeping what the backward's first kernel computes, and
+// each half alone; the inference forward + the recomputing backward beside it), and decode of one token at B=64, H=16, D=128 with an fp32 state. Timing:
 // CUDA events around each launch (UseManualTime), 60 repetitions of one launch each, median
 // reported; two input sets alternate so that a launch never finds its inputs in L2 (each set is
 // far larger than the 50 MB L2). Data random and never zero: keys normalized in expectation
@@ -100,6 +101,7 @@ void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, S
 
 struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;
+  void* saved;  // a training forward's (ForwardParams::saved), for the backward that reads it
 };
 
 const std::vector<BackwardSet>& backward_sets() {
@@ -107,12 +109,16 @@ const std::vector<BackwardSet>& backward_sets() {
     std::vector<BackwardSet> s;
     const std::size_t n = std::size_t{kBatch} * kHeads * kLength * kDim, tokens = std::size_t{kBatch} * kHeads * kLength;
     const std::size_t states = std::size_t{kBatch} * kHeads * kDim * kDim;
-    std::size_t workspace = 0;
-    for (int C : {16, 32, 64}) workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::BackwardParams>(C)));
+    std::size_t workspace = 0, saved = 0;
+    for (int C : {16, 32, 64}) {
+      workspace = std::max(workspace, kdr::workspace_bytes(shape<kdr::BackwardParams>(C)));
+      saved = std::max(saved, kdr::saved_bytes(shape<kdr::ForwardParams>(C)));
+    }
     for (int i = 0; i < kSets; ++i)
       s.push_back({device_bf16(n, 0.25f, 1.f, true, 10 * i + 6), device_f32(states, 0.01f, 0.1f, true, 10 * i + 7),
                    device_workspace(n * 2), device_workspace(n * 2), device_workspace(n * 2), device_workspace(tokens * 2),
-                   device_workspace(tokens * 4), device_workspace(states * 4), device_workspace(workspace)});
+                   device_workspace(tokens * 4), device_workspace(states * 4), device_workspace(workspace),
+                   device_workspace(saved)});
     return s;
   }();
   return sets;
@@ -140,13 +146,32 @@ double backward_flops(int C) {
   return double(kBatch) * kHeads * kLength * (28.0 * C * kDim + 16.0 * kDim * kDim + 4.0 * C * C);
 }
 
-enum class BackwardStage { all, prepare, state_pass, gradient_scan, chunk_gradients, forward_and_backward };
+// A training step is forward_and_backward: the forward keeps what the backward's first kernel computes
+// (ForwardParams::saved), the backward reads it; training_forward and from_saved are its two halves.
+// forward_and_recomputing_backward is the inference forward followed by the backward that recomputes.
+enum class BackwardStage {
+  all, prepare, state_pass, gradient_scan, chunk_gradients, forward_and_backward, training_forward, from_saved,
+  forward_and_recomputing_backward
+};
 
 void backward_benchmark(benchmark::State& state, BackwardStage stage) {
   const int C = static_cast<int>(state.range(0));
   const bool gated = state.range(1) != 0;
+  const auto training_forward_params = [&](int i) {
+    kdr::ForwardParams f = forward_params(i, C, gated);
+    f.saved = backward_sets()[size_t(i)].saved;
+    return f;
+  };
+  const auto from_saved_params = [&](int i) {
+    kdr::BackwardParams p = backward_params(i, C, gated);
+    p.saved = backward_sets()[size_t(i)].saved;
+    return p;
+  };
   // Every set's intermediates written once, so that a stage timed alone reads what it would read.
-  for (int i = 0; i < kSets; ++i) kdr::backward(backward_params(i, C, gated));
+  for (int i = 0; i < kSets; ++i) {
+    kdr::backward(backward_params(i, C, gated));
+    kdr::forward(training_forward_params(i));
+  }
   check(cudaDeviceSynchronize(), "backward warm-up");
   time_launches(state, kSets, [&](int i) {
     const kdr::BackwardParams p = backward_params(i, C, gated);
@@ -158,13 +183,20 @@ void backward_benchmark(benchmark::State& state, BackwardStage stage) {
       case BackwardStage::gradient_scan: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::gradient_scan);
       case BackwardStage::chunk_gradients: return kdr::testing::backward_tensor_core_stage(stages, kdr::TensorCoreStage::chunk_gradients);
       case BackwardStage::forward_and_backward:
+        kdr::forward(training_forward_params(i));
+        return kdr::backward(from_saved_params(i));
+      case BackwardStage::training_forward: return kdr::forward(training_forward_params(i));
+      case BackwardStage::from_saved: return kdr::backward(from_saved_params(i));
+      case BackwardStage::forward_and_recomputing_backward:
         kdr::forward(forward_params(i, C, gated));
         return kdr::backward(p);
     }
   });
-  // Compulsory traffic: read q, k, v, dO, write dq, dk, dv (forward + backward: also write o).
-  const double tensors = stage == BackwardStage::forward_and_backward ? 8 : 7;
-  const double flops = backward_flops(C) + (stage == BackwardStage::forward_and_backward ? forward_flops(C) : 0);
+  // Compulsory traffic: read q, k, v, dO, write dq, dk, dv (forward + backward: also write o; the training
+  // forward alone: read q, k, v, write o).
+  const bool both = stage == BackwardStage::forward_and_backward || stage == BackwardStage::forward_and_recomputing_backward;
+  const double tensors = stage == BackwardStage::training_forward ? 4 : both ? 8 : 7;
+  const double flops = stage == BackwardStage::training_forward ? forward_flops(C) : backward_flops(C) + (both ? forward_flops(C) : 0);
   state.counters["bytes"] = benchmark::Counter(tensors * kTensorBytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOPs"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -175,6 +207,11 @@ void BM_DeltaRuleBackwardStatePass(benchmark::State& state) { backward_benchmark
 void BM_DeltaRuleBackwardGradientScan(benchmark::State& state) { backward_benchmark(state, BackwardStage::gradient_scan); }
 void BM_DeltaRuleBackwardChunkGradients(benchmark::State& state) { backward_benchmark(state, BackwardStage::chunk_gradients); }
 void BM_DeltaRuleForwardBackward(benchmark::State& state) { backward_benchmark(state, BackwardStage::forward_and_backward); }
+void BM_DeltaRuleTrainingForward(benchmark::State& state) { backward_benchmark(state, BackwardStage::training_forward); }
+void BM_DeltaRuleBackwardFromSaved(benchmark::State& state) { backward_benchmark(state, BackwardStage::from_saved); }
+void BM_DeltaRuleForwardBackwardRecomputing(benchmark::State& state) {
+  backward_benchmark(state, BackwardStage::forward_and_recomputing_backward);
+}
 
 // queued: timed with the launch queued ahead of the clock (time_launches), the GPU's time alone.
 void decode_benchmark(benchmark::State& state, bool queued) {
@@ -221,6 +258,9 @@ BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS;
       ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)
 BENCHMARK(BM_DeltaRuleBackward)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleForwardBackward)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleTrainingForward)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleBackwardFromSaved)->DELTA_BACKWARD_ARGS;
+BENCHMARK(BM_DeltaRuleForwardBackwardRecomputing)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardPrepare)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardStatePass)->DELTA_BACKWARD_ARGS;
 BENCHMARK(BM_DeltaRuleBackwardGradientScan)->DELTA_BACKWARD_ARGS;

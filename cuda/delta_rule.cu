@@ -23,6 +23,7 @@
 #include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
 #include "cuda/decode_kernels.cuh"
+#include "cuda/delta_rule_backward_fast.h"
 #include "cuda/delta_rule_forward_kernels.cuh"
 #include "cuda/testing/delta_rule_stages.h"
 
@@ -62,6 +63,10 @@ ForwardStageParams resolve(const ForwardStageParams& p, std::size_t* bytes) {
   ForwardStageParams r = p;
   r.w = workspace.take(p.w, tokens * p.key_dim * es);
   r.u = workspace.take(p.u, tokens * p.value_dim * es);
+  if (p.saved != nullptr) {  // training: W and U (with their residuals) and T where the backward reads them
+    const SavedTensors s = saved_tensors(p.saved, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size, nullptr);
+    r.w = s.w, r.w_lo = s.w_lo, r.u = s.u, r.u_lo = s.u_lo, r.wy_inverse = s.wy_inverse;
+  }
   if (register_scan(r)) {
     const std::size_t C = p.chunk_size, blocks = heads * chunk_count(p.length, p.chunk_size);
     r.scores = workspace.take(p.scores, blocks * C * C * es);
@@ -106,14 +111,24 @@ void validate_stages(const ForwardStageParams& p) {
   require_chunk_size(p.chunk_size);
   for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w_lo, "w_lo"}, {p.u_lo, "u_lo"}})
     require_argument(pointer == nullptr || p.dtype != DType::f32, name, "is for 16-bit inputs only (fp32 W and U are stored exactly)");
+  std::size_t saved = 0;
+  if (p.saved != nullptr) {
+    saved = saved_bytes(p);
+    require_argument(saved != 0, "saved", "must be null: the backward keeps nothing for these inputs (saved_bytes is 0)");
+    for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w, "w"}, {p.u, "u"}, {p.w_lo, "w_lo"}, {p.u_lo, "u_lo"},
+                                 {p.wy_inverse, "wy_inverse"}})
+      require_argument(pointer == nullptr, name, "must be null with saved (which holds it)");
+  }
   std::size_t bytes = 0;
   resolve(p, &bytes);
   require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
                    "must not be null: " + std::to_string(bytes) + " bytes are needed (workspace_bytes)");
   const auto tensors = tensors_of(p);
-  require_tensor_arguments(p.batch, p.heads, tensors, {packed_extent("workspace", p.workspace, bytes, true)});
+  require_tensor_arguments(p.batch, p.heads, tensors,
+                           {packed_extent("workspace", p.workspace, bytes, true), packed_extent("saved", p.saved, saved, true)});
   require_device_tensors(tensors);
   if (bytes != 0) require_tensor(p.workspace, workspace_alignment, "workspace");
+  if (saved != 0) require_tensor(p.saved, workspace_alignment, "saved");
 }
 
 std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
@@ -248,6 +263,14 @@ void set_contiguous_strides(DecodeParams& p) {
 }
 
 std::size_t workspace_bytes(const ForwardParams& p) { return testing::workspace_bytes(ForwardStageParams{p, {}}); }
+std::size_t saved_bytes(const ForwardParams& p) {
+  require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
+  require_chunk_size(p.chunk_size);
+  if (!tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim)) return 0;
+  std::size_t bytes = 0;
+  saved_tensors(nullptr, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size, &bytes);
+  return bytes;
+}
 void validate(const ForwardParams& p) { validate_stages(ForwardStageParams{p, {}}); }
 void forward(const ForwardParams& p, cudaStream_t stream) { testing::forward(ForwardStageParams{p, {}}, stream); }
 

@@ -21,6 +21,9 @@
 // address ranges the strides imply and names both tensors); the one exception is decode's state
 // updated in place, initial_state == final_state with equal strides. The workspace (forward: W and U;
 // backward: its intermediates) is workspace_bytes(p) bytes of device memory, 256-byte aligned.
+// Training: a forward given `saved` keeps there what the backward's first kernel computes (its output
+// unchanged, bit for bit); a backward given that buffer skips the kernel and computes the same bits. The
+// workspace sizes do not depend on saved.
 //
 // Inputs are computed with, not refused (no check reads them), as the oracle takes any real β and g
 // (bad_inputs_gpu_test.cpp states each case below as a test):
@@ -98,6 +101,9 @@ struct ForwardParams {
   float* final_state = nullptr;          // [B, H, DV, DK] fp32, required
   Strides initial_state_strides, final_state_strides;
   void* workspace = nullptr;  // workspace_bytes(p) bytes: W and U between the two kernels
+  // Training: saved_bytes(p) bytes (256-byte aligned) where the forward also keeps what the backward would
+  // recompute (its first kernel's T = A⁻¹, W and U), for BackwardParams::saved; null: nothing kept.
+  void* saved = nullptr;
 };
 
 struct BackwardParams {
@@ -121,6 +127,11 @@ struct BackwardParams {
   void* d_initial_state = nullptr;      // [B, H, DV, DK] accumulation type: dS_0; null: not written
   Strides initial_state_strides, d_final_state_strides, d_initial_state_strides;
   void* workspace = nullptr;  // workspace_bytes(p) bytes (the intermediates between the kernels)
+  // A training forward's ForwardParams::saved on these same q, k, β, g, v and C: the tensor-core backward then
+  // skips its first kernel (what it reads is bit for bit what that kernel writes). Not checked against the
+  // inputs: a stale buffer gives wrong gradients. The fp32 FMA kernels (inputs off the tensor-core path) do
+  // not read it. null: recomputed.
+  const void* saved = nullptr;
 };
 
 struct DecodeParams {
@@ -146,6 +157,10 @@ void set_contiguous_strides(DecodeParams& p);
 // Bytes of workspace the launch needs (0: none). Throws std::invalid_argument on bad sizes, like validate.
 std::size_t workspace_bytes(const ForwardParams& p);
 std::size_t workspace_bytes(const BackwardParams& p);
+
+// Bytes of ForwardParams::saved: T in fp32, W and U as bf16 hi + lo pairs (bf16 with DK, DV <= 128 and
+// multiples of 8, the tensor-core backward's sizes); 0 for every other input, where saved must be null.
+std::size_t saved_bytes(const ForwardParams& p);
 
 // Validation alone (what the launchers call first); throws std::invalid_argument.
 void validate(const ForwardParams& p);

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deltaproof::cuda::delta_rule {
@@ -118,6 +119,17 @@ void validate_for(const BackwardStageParams& p, Run run) {
     require_argument(p.log_gate == nullptr || p.d_log_gate != nullptr, "d_log_gate", "must be given with log_gate (Gated DeltaNet)");
     require_argument(p.log_gate != nullptr || p.d_log_gate == nullptr, "d_log_gate", "must be null without log_gate (DeltaNet)");
   }
+  // A training forward's buffer: for the sizes it exists for, with no stage-1 intermediate asked for (the
+  // first kernel does not run); read where the tensor-core path runs (alignment decides), else ignored.
+  std::size_t saved = 0;
+  if (run == Run::backward && p.saved != nullptr) {
+    require_argument(tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim), "saved",
+                     "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
+    for (auto [pointer, name] : {std::pair<const void*, const char*>{p.wy_inverse, "wy_inverse"}, {p.w, "w"}, {p.u, "u"},
+                                 {p.wy_system, "wy_system"}})
+      require_argument(pointer == nullptr, name, "must be null with saved (the first kernel, which writes it, does not run)");
+    saved_tensors(nullptr, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size, &saved);
+  }
   const bool fast = run == Run::backward && tensor_core_backward_applies(p);
   if (fast) {  // what the tensor-core path never materialises
     require_argument(p.scores == nullptr, "scores", "must be null for the tensor-core backward (bf16): P stays in registers");
@@ -132,9 +144,11 @@ void validate_for(const BackwardStageParams& p, Run run) {
   require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
                    "must not be null: " + std::to_string(bytes) + " bytes are needed (workspace_bytes)");
   const auto tensors = tensors_of(p, run);
-  require_tensor_arguments(p.batch, p.heads, tensors, {packed_extent("workspace", p.workspace, bytes, true)});
+  require_tensor_arguments(p.batch, p.heads, tensors,
+                           {packed_extent("workspace", p.workspace, bytes, true), packed_extent("saved", p.saved, saved, false)});
   require_device_tensors(tensors);
   if (bytes != 0) require_tensor(p.workspace, workspace_alignment, "workspace");
+  if (saved != 0) require_tensor(p.saved, workspace_alignment, "saved");
 }
 
 void launch(const LaunchShape& shape, const BackwardStageParams& p, const Buffers& b, cudaStream_t stream) {

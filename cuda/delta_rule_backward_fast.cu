@@ -5,7 +5,8 @@
 //      pair that W, U, S and the update's V̄ also enter the tensor cores as, and S_[c] rounded once;
 //   3. gradient_scan_registers_kernel: dV̄ (as a pair) and G_[c+1] = dL/dS_[c+1] (rounded once), chunks in reverse;
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg for every chunk at once.
-// Every other input takes delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
+// A training forward's saved buffer (cuda/delta_rule.h) replaces launch 1. Every other input takes
+// delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
 #include "cuda/delta_rule_backward_fast.h"
 
@@ -36,7 +37,8 @@ bool pair_rows(const void* data, const Strides& s, const BackwardParams& p) {
 }
 
 // The intermediates, carved out of the workspace in a fixed order: T (fp32) in the caller's buffer when given;
-// W, U and what stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace. Where the caller gives the fp32
+// W, U and what stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace; T, W and U from a training
+// forward's saved buffer when given (their workspace space then unused). Where the caller gives the fp32
 // intermediates (the stage checks), the pairs are copied out as hi + lo (exactly), and the scans write S_[c]
 // and G_[c+1] in fp32 from their registers.
 FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
@@ -51,6 +53,11 @@ FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
   b.state_pass.v_hi = sixteen_bit(L * DV), b.state_pass.v_lo = sixteen_bit(L * DV);
   b.d_v_new_hi = sixteen_bit(L * DV), b.d_v_new_lo = sixteen_bit(L * DV);
   b.state_gradients = sixteen_bit(N * DV * DK);
+  if (p.saved != nullptr) {  // a training forward's: read only (stage 1 does not run), so the const goes
+    const SavedTensors s = saved_tensors(const_cast<void*>(p.saved), p.batch, p.heads, p.length, p.key_dim, p.value_dim,
+                                         p.chunk_size, nullptr);
+    b.wy_inverse = s.wy_inverse, b.w = s.w, b.w_lo = s.w_lo, b.u = s.u, b.u_lo = s.u_lo;
+  }
   b.gate_sums = static_cast<float*>(p.gate_sums);
   b.d_w = static_cast<float*>(p.d_w);
   b.wy_system_adjoint = static_cast<float*>(p.wy_system_adjoint);
@@ -108,7 +115,7 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
   const ForwardStageParams f = forward_params(p, b);
   const std::size_t tokens = std::size_t(heads) * p.length;
   const auto runs = [&](TensorCoreStage s) { return first <= s && s <= last; };
-  if (runs(TensorCoreStage::prepare)) {
+  if (runs(TensorCoreStage::prepare) && p.saved == nullptr) {
     launch(wy_prepare_async_kernel<T, C>, dim3(N, heads), wy_prepare_async_threads(C),
            wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, stream, "wy_prepare_async_kernel" + suffix, f);
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, stream);
@@ -131,9 +138,24 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
 
 }  // namespace
 
+bool tensor_core_backward_shape(DType dtype, int key_dim, int value_dim) {
+  return dtype == DType::bf16 && key_dim <= kTcKeys && value_dim <= kTcKeys && key_dim % 8 == 0 && value_dim % 8 == 0;
+}
+
+SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int key_dim, int value_dim, int chunk,
+                           std::size_t* bytes) {
+  const std::size_t rows = std::size_t(batch) * heads, L = length, C = chunk, N = (L + C - 1) / C;
+  WorkspaceCarver carver(saved);
+  SavedTensors s{};
+  s.wy_inverse = static_cast<float*>(carver.take(nullptr, rows * N * C * C * 4));
+  s.w = carver.take(nullptr, rows * L * key_dim * 2), s.w_lo = carver.take(nullptr, rows * L * key_dim * 2);
+  s.u = carver.take(nullptr, rows * L * value_dim * 2), s.u_lo = carver.take(nullptr, rows * L * value_dim * 2);
+  if (bytes != nullptr) *bytes = carver.bytes();
+  return s;
+}
+
 bool tensor_core_backward_applies(const BackwardParams& p) {
-  return p.dtype == DType::bf16 && p.key_dim <= kTcKeys && p.value_dim <= kTcKeys && p.key_dim % 8 == 0 &&
-         p.value_dim % 8 == 0 && copyable_rows(p.q, p.q_strides, p) && copyable_rows(p.k, p.k_strides, p) &&
+  return tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim) && copyable_rows(p.q, p.q_strides, p) && copyable_rows(p.k, p.k_strides, p) &&
          copyable_rows(p.v, p.v_strides, p) && copyable_rows(p.d_output, p.d_output_strides, p) &&
          pair_rows(p.dq, p.dq_strides, p) && pair_rows(p.dk, p.dk_strides, p) && pair_rows(p.dv, p.dv_strides, p);
 }

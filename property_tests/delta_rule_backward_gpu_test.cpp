@@ -316,6 +316,58 @@ TEST(DeltaRuleBackwardChecks, WorkspaceHoldsOnlyWhatIsNotGiven) {
   EXPECT_EQ(cuda::delta_rule::testing::workspace_bytes(p), 0u);
 }
 
+// A training forward's saved buffer: its size (T in fp32, W and U as bf16 pairs, each piece 256-byte aligned),
+// none where the backward keeps nothing, and a buffer given there, or beside the stage-1 intermediates it
+// replaces, named before any CUDA call.
+TEST(DeltaRuleBackwardChecks, SavedBufferSizeAndMisuseNamed) {
+  cuda::delta_rule::ForwardParams f;
+  f.dtype = DType::bf16, f.batch = 2, f.heads = 3, f.length = 70, f.key_dim = 16, f.value_dim = 24, f.chunk_size = 32;
+  const std::size_t heads = 6, L = 70, N = 3, C = 32;
+  const auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  EXPECT_EQ(cuda::delta_rule::saved_bytes(f), aligned(heads * N * C * C * 4) + 2 * aligned(heads * L * 16 * 2) + 2 * aligned(heads * L * 24 * 2));
+  for (auto [dtype, key_dim, value_dim] : {std::tuple{DType::f16, 16, 24}, {DType::f32, 16, 24}, {DType::bf16, 12, 24},
+                                           {DType::bf16, 16, 136}}) {
+    cuda::delta_rule::ForwardParams other = f;
+    other.dtype = dtype, other.key_dim = key_dim, other.value_dim = value_dim;
+    EXPECT_EQ(cuda::delta_rule::saved_bytes(other), 0u) << cuda::name_of(dtype) << " DK=" << key_dim << " DV=" << value_dim;
+  }
+  f.chunk_size = 8;
+  EXPECT_THROW(cuda::delta_rule::saved_bytes(f), std::invalid_argument);
+
+  std::vector<float> host(64 * 1024);  // each tensor its own 4 KB: apart, as outputs must be
+  const auto at = [&](int i) { return static_cast<void*>(host.data() + 1024 * i); };
+  auto expect_rejected = [](const std::string& argument, const std::string& message, auto validate) {
+    try {
+      validate();
+      ADD_FAILURE() << "no exception for a bad " << argument;
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(argument + ":", 0), 0u) << what;
+      EXPECT_NE(what.find(message), std::string::npos) << what;
+    }
+  };
+  cuda::delta_rule::ForwardStageParams forward;
+  forward.dtype = DType::f16, forward.batch = 1, forward.heads = 2, forward.length = 40, forward.key_dim = 8;
+  forward.value_dim = 8, forward.chunk_size = 16;
+  cuda::delta_rule::set_contiguous_strides(forward);
+  forward.q = at(0), forward.k = at(1), forward.v = at(2), forward.beta = at(3), forward.output = at(4);
+  forward.final_state = static_cast<float*>(at(5)), forward.workspace = at(20), forward.saved = at(40);
+  expect_rejected("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(forward); });
+  forward.dtype = DType::bf16, forward.wy_inverse = static_cast<float*>(at(6));
+  expect_rejected("wy_inverse", "must be null with saved", [&] { cuda::delta_rule::testing::validate(forward); });
+
+  cuda::delta_rule::BackwardStageParams backward;
+  backward.dtype = DType::f32, backward.batch = 1, backward.heads = 2, backward.length = 40, backward.key_dim = 8;
+  backward.value_dim = 8, backward.chunk_size = 16;
+  cuda::delta_rule::set_contiguous_strides(backward);
+  backward.q = at(0), backward.k = at(1), backward.v = at(2), backward.beta = at(3), backward.d_output = at(4);
+  backward.dq = at(5), backward.dk = at(6), backward.dv = at(7), backward.d_beta = at(8), backward.workspace = at(20);
+  backward.saved = at(40);
+  expect_rejected("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(backward); });
+  backward.dtype = DType::bf16, backward.w = at(9);
+  expect_rejected("w", "must be null with saved", [&] { cuda::delta_rule::testing::validate(backward); });
+}
+
 // ---------------------------------------------------------------------------------------
 // On the device: stages against the oracle.
 
@@ -609,6 +661,112 @@ TEST(DeltaRuleBackwardGpu, Deterministic) {
       EXPECT_EQ(dt::download_bytes(*x), dt::download_bytes(*y)) << describe(c) << " " << name;
     if (gated) {
       EXPECT_EQ(dt::download_bytes(first.d_log_gate), dt::download_bytes(second.d_log_gate)) << describe(c) << " dg";
+    }
+  }
+}
+
+// The public forward on the backward's device inputs, keeping what the backward would recompute in `saved`
+// when given.
+struct ForwardOutputs {
+  DeviceTensor output, final_state;
+};
+ForwardOutputs public_forward(const DeltaCase& c, const BackwardDeviceInputs& d, void* saved) {
+  cuda::delta_rule::ForwardParams p;
+  p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
+  p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
+  cuda::delta_rule::set_contiguous_strides(p);
+  ForwardOutputs out{dt::allocate(c.dtype, c.batch, c.heads, c.length, c.value_dim),
+                     dt::allocate(DType::f32, c.batch, c.heads, c.value_dim, c.key_dim)};
+  p.q = d.q.device.data(), p.k = d.k.device.data(), p.v = d.v.device.data(), p.beta = d.beta.device.data();
+  p.log_gate = c.gated ? static_cast<const float*>(d.log_gate.device.data()) : nullptr;
+  p.initial_state = c.with_initial_state ? static_cast<const float*>(d.initial_state.device.data()) : nullptr;
+  p.output = out.output.data(), p.final_state = static_cast<float*>(out.final_state.data());
+  DeviceBuffer workspace(cuda::delta_rule::workspace_bytes(p));
+  p.workspace = workspace.get(), p.saved = saved;
+  cuda::delta_rule::forward(p);
+  cuda::check(cudaDeviceSynchronize(), "delta_rule::forward");  // before the workspace is freed
+  return out;
+}
+
+std::size_t saved_bytes_of(const DeltaCase& c) {
+  cuda::delta_rule::ForwardParams p;
+  p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
+  p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
+  return cuda::delta_rule::saved_bytes(p);
+}
+
+// A training step: the forward given `saved` writes its output and final state bit for bit as without it, and
+// the backward given that buffer writes every gradient bit for bit as the one that recomputes T, W and U. A
+// buffer kept for other inputs changes the gradients (the backward does read it).
+TEST(DeltaRuleBackwardGpu, TrainingStepEqualsTheRecomputingOneBitwise) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("training forward + backward from saved vs the recomputing backward", 10, [] {
+    const DeltaCase c = *gen_tensor_core_case(*rc::gen::arbitrary<bool>(), 200);
+    const HostInputs in = make_inputs(c);
+    const Cotangents cot = make_cotangents(c, *rc::gen::arbitrary<bool>());
+    const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
+    const auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
+    RC_TAG(c.gated ? "gated" : "DeltaNet");
+    DeviceBuffer saved(saved_bytes_of(c));
+    const ForwardOutputs inference = public_forward(c, dev, nullptr), training = public_forward(c, dev, saved.get());
+    RC_ASSERT(same(inference.output, training.output));
+    RC_ASSERT(same(inference.final_state, training.final_state));
+    BackwardBuffers recomputing = allocate_backward(c, false), from_saved = allocate_backward(c, false);
+    cuda::delta_rule::backward(backward_params(c, dev, recomputing));
+    cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, from_saved);
+    p.saved = saved.get();
+    cuda::delta_rule::backward(p);
+    const auto gradients = [&](BackwardBuffers& b) {
+      std::vector<const DeviceTensor*> all{&b.dq, &b.dk, &b.dv, &b.d_beta, &b.d_initial_state};
+      if (c.gated) all.push_back(&b.d_log_gate);
+      return all;
+    };
+    const auto expected = gradients(recomputing), got = gradients(from_saved);
+    for (std::size_t i = 0; i < expected.size(); ++i) RC_ASSERT(same(*expected[i], *got[i]));
+
+    DeltaCase other = c;  // the same sizes, other values
+    other.seed = c.seed + 1;
+    const BackwardDeviceInputs other_dev = upload_backward_inputs(other, make_inputs(other), make_cotangents(other));
+    DeviceBuffer stale(saved.bytes());
+    public_forward(other, other_dev, stale.get());
+    BackwardBuffers from_stale = allocate_backward(c, false);
+    cuda::delta_rule::BackwardStageParams q = backward_params(c, dev, from_stale);
+    q.saved = stale.get();
+    cuda::delta_rule::backward(q);
+    const auto wrong = gradients(from_stale);
+    bool differs = false;
+    for (std::size_t i = 0; i < expected.size(); ++i) differs = differs || !same(*expected[i], *wrong[i]);
+    RC_ASSERT(differs);
+  }));
+}
+
+// The saved buffer's device checks: a host pointer, or one off the 256-byte alignment, is named, nothing written.
+TEST(DeltaRuleBackwardGpu, SavedBufferDeviceChecks) {
+  DELTAPROOF_REQUIRE_GPU();
+  DeltaCase c;
+  c.dtype = DType::bf16, c.length = 40, c.chunk = 16, c.key_dim = 8, c.value_dim = 8, c.seed = 901;
+  const HostInputs in = make_inputs(c);
+  const Cotangents cot = make_cotangents(c);
+  const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
+  DeviceBuffer saved(saved_bytes_of(c) + 256);
+  std::vector<float> host_buffer(saved.bytes() / 4 + 1);
+  BackwardBuffers f = allocate_backward(c, false);
+  const auto poisoned = dt::download_bytes(f.dq);
+  for (const void* bad : {static_cast<const void*>(host_buffer.data()), static_cast<const void*>(static_cast<char*>(saved.get()) + 16)}) {
+    cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, f);
+    p.saved = bad;
+    try {
+      cuda::delta_rule::backward(p);
+      ADD_FAILURE() << "no exception for a bad saved";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("saved:", 0), 0u) << e.what();
+    }
+    EXPECT_EQ(dt::download_bytes(f.dq), poisoned) << "dq touched after a bad saved";
+    try {
+      public_forward(c, dev, const_cast<void*>(bad));
+      ADD_FAILURE() << "no exception for a bad saved (forward)";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("saved:", 0), 0u) << e.what();
     }
   }
 }

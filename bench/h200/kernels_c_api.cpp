@@ -131,16 +131,23 @@ int deltaproof_delta_rule_forward_workspace_bytes(const char* dtype, int batch, 
   return guarded([&] { *bytes = kdr::workspace_bytes(delta_rule_forward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size)); });
 }
 
+// Bytes of what a training forward keeps for the backward (into *bytes; 0: nothing for these inputs).
+int deltaproof_delta_rule_saved_bytes(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
+                                      int chunk_size, std::size_t* bytes) {
+  return guarded([&] { *bytes = kdr::saved_bytes(delta_rule_forward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size)); });
+}
+
 // DeltaNet (log_gate null) or Gated DeltaNet chunkwise forward (cuda/delta_rule.h, delta_rule::forward);
-// workspace: the bytes deltaproof_delta_rule_forward_workspace_bytes gives, 256-byte aligned.
+// workspace: the bytes deltaproof_delta_rule_forward_workspace_bytes gives, 256-byte aligned; saved (may be
+// null): deltaproof_delta_rule_saved_bytes' bytes, 256-byte aligned, kept for the backward (a training step).
 int deltaproof_delta_rule_forward(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
                                   int chunk_size, const void* q, const void* k, const void* v, const void* beta,
                                   const float* log_gate, const float* initial_state, void* output, float* final_state,
-                                  void* workspace, void* stream) {
+                                  void* workspace, void* saved, void* stream) {
   return guarded([&] {
     kdr::ForwardParams p = delta_rule_forward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size);
     p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate, p.initial_state = initial_state;
-    p.output = output, p.final_state = final_state, p.workspace = workspace;
+    p.output = output, p.final_state = final_state, p.workspace = workspace, p.saved = saved;
     kdr::forward(p, as_stream(stream));
   });
 }
@@ -153,18 +160,20 @@ int deltaproof_delta_rule_backward_workspace_bytes(const char* dtype, int batch,
 
 // DeltaNet (log_gate null) or Gated DeltaNet backward (cuda/delta_rule.h, delta_rule::backward): dq, dk,
 // dv, dβ and, with log_gate, dg (fp32) from dO, an optional dS_L and S_0 (dS_0 where d_initial_state is
-// not null); workspace: deltaproof_delta_rule_backward_workspace_bytes' bytes, 256-byte aligned.
+// not null); workspace: deltaproof_delta_rule_backward_workspace_bytes' bytes, 256-byte aligned; saved (may be
+// null): a training forward's saved buffer on the same inputs.
 int deltaproof_delta_rule_backward(const char* dtype, int batch, int heads, int length, int key_dim, int value_dim,
                                    int chunk_size, const void* q, const void* k, const void* v, const void* beta,
                                    const float* log_gate, const void* d_output, void* dq, void* dk, void* dv,
                                    void* d_beta, float* d_log_gate, const float* initial_state,
-                                   const float* d_final_state, float* d_initial_state, void* workspace, void* stream) {
+                                   const float* d_final_state, float* d_initial_state, void* workspace,
+                                   const void* saved, void* stream) {
   return guarded([&] {
     kdr::BackwardParams p = delta_rule_backward_shape(dtype, batch, heads, length, key_dim, value_dim, chunk_size);
     p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = log_gate, p.d_output = d_output;
     p.dq = dq, p.dk = dk, p.dv = dv, p.d_beta = d_beta, p.d_log_gate = d_log_gate;
     p.initial_state = initial_state, p.d_final_state = d_final_state, p.d_initial_state = d_initial_state;
-    p.workspace = workspace;
+    p.workspace = workspace, p.saved = saved;
     kdr::backward(p, as_stream(stream));
   });
 }

@@ -218,12 +218,12 @@ class Kernels:
             ("q", "k", "v", "output", "initial_state", "final_state", "stream"), {"q", "k", "v", "output", "final_state"}, True),
         "deltaproof_delta_rule_forward": (
             ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
-            ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "workspace", "stream"),
+            ("q", "k", "v", "beta", "log_gate", "initial_state", "output", "final_state", "workspace", "saved", "stream"),
             {"q", "k", "v", "beta", "output", "final_state", "workspace"}, True),
         "deltaproof_delta_rule_backward": (
             ("batch", "heads", "length", "key_dim", "value_dim", "chunk_size"),
             ("q", "k", "v", "beta", "log_gate", "d_output", "dq", "dk", "dv", "d_beta", "d_log_gate", "initial_state",
-             "d_final_state", "d_initial_state", "workspace", "stream"),
+             "d_final_state", "d_initial_state", "workspace", "saved", "stream"),
             {"q", "k", "v", "beta", "d_output", "dq", "dk", "dv", "d_beta", "workspace"}, True),
         "deltaproof_delta_rule_decode": (
             ("batch", "heads", "tokens", "key_dim", "value_dim"),
@@ -238,18 +238,19 @@ class Kernels:
             function = getattr(self.lib, name)
             function.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * len(int_names) + [ctypes.c_void_p] * len(pointer_names)
             function.restype = ctypes.c_int
-        for pass_ in ("forward", "backward"):
-            function = getattr(self.lib, f"deltaproof_delta_rule_{pass_}_workspace_bytes")
+        for pass_ in ("forward_workspace", "backward_workspace", "saved"):
+            function = getattr(self.lib, f"deltaproof_delta_rule_{pass_}_bytes")
             function.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
             function.restype = ctypes.c_int
 
-    def delta_rule_workspace_bytes(self, pass_, dtype, batch, heads, length, key_dim, value_dim, chunk_size):
-        """Bytes of workspace deltaproof_delta_rule_<pass_> (forward or backward) needs."""
+    def delta_rule_bytes(self, buffer, dtype, batch, heads, length, key_dim, value_dim, chunk_size):
+        """Bytes of a buffer of deltaproof_delta_rule_*: "forward_workspace", "backward_workspace" or "saved"
+        (what a training forward keeps for the backward)."""
         size = ctypes.c_size_t()
-        code = getattr(self.lib, f"deltaproof_delta_rule_{pass_}_workspace_bytes")(
+        code = getattr(self.lib, f"deltaproof_delta_rule_{buffer}_bytes")(
             dtype, batch, heads, length, key_dim, value_dim, chunk_size, ctypes.byref(size))
         if code != 0:
-            raise RuntimeError(f"workspace bytes: {self.lib.deltaproof_kernels_last_error().decode()} (code {code})")
+            raise RuntimeError(f"{buffer} bytes: {self.lib.deltaproof_kernels_last_error().decode()} (code {code})")
         return size.value
 
     def __call__(self, name, dtype, **arguments):
@@ -350,24 +351,27 @@ def deltaproof_builder(op, pass_, kernels):
                     out.update(dq=grads[0], dk=grads[1], dv=grads[2])
                 return out
             return run
-        def workspace(pass_):  # torch's allocator aligns to 512 bytes
-            return torch.empty(kernels.delta_rule_workspace_bytes(pass_, b"bf16", **sizes, chunk_size=C),
+        def buffer(name):  # torch's allocator aligns to 512 bytes
+            return torch.empty(kernels.delta_rule_bytes(name, b"bf16", **sizes, chunk_size=C),
                                dtype=torch.uint8, device=x["q"].device)
-        forward_workspace = workspace("forward")  # W and U
-        if pass_ == "forward+backward":
-            backward_workspace = workspace("backward")
+        forward_workspace = buffer("forward_workspace")  # W and U
+        saved = None
+        if pass_ == "forward+backward":  # a training step: the forward keeps T, W and U for the backward
+            backward_workspace = buffer("backward_workspace")
+            saved = buffer("saved")
             grads = {n: torch.empty_like(x[n]) for n in GRADIENTS[op]}  # dg in g's fp32, the rest bf16
 
         def run():
             kernels("deltaproof_delta_rule_forward", b"bf16", **sizes, chunk_size=C, q=ptr(x["q"]), k=ptr(x["k"]),
                     v=ptr(x["v"]), beta=ptr(x["beta"]), log_gate=ptr(x.get("g")), output=ptr(o), final_state=ptr(ht),
-                    workspace=ptr(forward_workspace), stream=stream)
+                    workspace=ptr(forward_workspace), saved=ptr(saved), stream=stream)
             out = dict(o=o, ht=ht)
-            if pass_ == "forward+backward":  # the backward recomputes what it needs from the inputs
+            if pass_ == "forward+backward":  # the backward reads what the forward kept, recomputes the rest
                 kernels("deltaproof_delta_rule_backward", b"bf16", **sizes, chunk_size=C, q=ptr(x["q"]), k=ptr(x["k"]),
                         v=ptr(x["v"]), beta=ptr(x["beta"]), log_gate=ptr(x.get("g")), d_output=ptr(x["do"]),
                         dq=ptr(grads["q"]), dk=ptr(grads["k"]), dv=ptr(grads["v"]), d_beta=ptr(grads["beta"]),
-                        d_log_gate=ptr(grads.get("g")), workspace=ptr(backward_workspace), stream=stream)
+                        d_log_gate=ptr(grads.get("g")), workspace=ptr(backward_workspace), saved=ptr(saved),
+                        stream=stream)
                 out.update({GRADIENT_NAMES[n]: g for n, g in grads.items()})
             return out
         return run
