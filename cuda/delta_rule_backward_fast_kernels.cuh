@@ -67,12 +67,11 @@ __host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk)
   return l;
 }
 
-// Per chunk, last to first: (1) Q and the dO slice in (cp.async), G' = G_[c+1] published from the
-// registers as hi + lo and written in fp32; G_i; barrier. (2) W in (cp.async, lands during the products); each
-// output warp (16 rows, 16 or 32 value columns): K G'ᵀ and Pᵀ (K Qᵀ ⊙ Γᵀ, j ≥ i) from one K fragment per
-// k-step, then dV̄ = diag(λ) K G'ᵀ + Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32
-// and rounded in place for the update; barrier. (3) The previous chunk's K in (cp.async, lands during the
-// update and the next (1)); G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
+// Per chunk, last to first: (1) Q, K, W and the dO slice in (cp.async), G' = G_[c+1] published from the
+// registers as hi + lo and written in fp32; G_i; barrier. (2) Each output warp (16 rows, 16 or 32 value
+// columns): K G'ᵀ and Pᵀ (K Qᵀ ⊙ Γᵀ, j ≥ i) from one K fragment per k-step, then dV̄ = diag(λ) K G'ᵀ +
+// Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32 and rounded in place for the
+// update; barrier. (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
 template <class T, int C>
 __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kRowBlocks = C / 16;
@@ -141,16 +140,14 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
       G[n][x] = (d_final && row < DV && col < DK) ? d_final[row * p.d_final_state_strides.row + col] : 0.0f;
     }
 
-  // K is read in (2) only and W in (3) only: each is copied in while the other phase runs (K of chunk c − 1
-  // during (3) of chunk c, W of chunk c during (2)), so that (1) waits for Q and dO alone.
-  load_rows(k_s, k, p.k_strides.row, (N - 1) * C, L - (N - 1) * C);
   for (int chunk = N - 1; chunk >= 0; --chunk) {
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) Q and dO in (K in flight since (3) of the chunk after); G' out as hi + lo, rounded once for stage 4
-    // and in fp32 when asked; G_i.
+    // (1) The chunk's rows in; G' out as hi + lo, rounded once for stage 4 and in fp32 when asked; G_i.
     load_rows(q_s, q, p.q_strides.row, t0, size);
+    load_rows(k_s, k, p.k_strides.row, t0, size);
+    load_rows(w_s, w_head, DK, t0, size);
     load_slice(do_s, t0, size);
     {
       const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
@@ -175,8 +172,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
     copy_async_wait_all();
     __syncthreads();
 
-    // (2) W in (its buffer was last read by (3) of the chunk after); dV̄ for this warp's 16 rows and value columns.
-    load_rows(w_s, w_head, DK, t0, size);
+    // (2) dV̄ for this warp's 16 rows and value columns.
     if (computes_output) {
       float D[kOutTiles][4];  // K G'ᵀ, then dV̄
       float Pt[kScoreTiles][4];  // (K Qᵀ)_ij for the warp's rows i and every j
@@ -268,12 +264,10 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         }
       }
     }
-    copy_async_wait_all();  // W
-    __syncthreads();  // dV̄ and W published
+    __syncthreads();  // dV̄ published
 
-    // (3) K of the chunk before in (K was last read by (2)); G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W. Gated:
-    // diag(γ) dO is formed in the A fragments (γ_j of each held token), rounded once to T.
-    if (chunk > 0) load_rows(k_s, k, p.k_strides.row, t0 - C, C);
+    // (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W. Gated: diag(γ) dO is formed in the A fragments (γ_j of
+    // each held token), rounded once to T.
     if (gated) {
       const float decay = exp2_ftz(gates[size - 1]);
 #pragma unroll
@@ -311,7 +305,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
         mma_16816<T>(G[n + 1], av, bw[2], bw[3]);
       }
     }
-    __syncthreads();  // Q, W, dO and dV̄ are rewritten by the next chunk
+    __syncthreads();  // every buffer is rewritten by the next chunk
   }
   if (p.d_initial_state != nullptr) {
     float* d_initial = static_cast<float*>(p.d_initial_state) + p.d_initial_state_strides.head_offset(bi, h);

@@ -414,11 +414,11 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
 }
 
 
-// Per chunk: (1) copy U in (cp.async; Q, W and g were prefetched during the previous chunk), publish S_[c]
-// from the registers to shared memory as hi + lo; barrier. (2) K and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M
-// (rounded to T by the prepare, p.scores) start loading, both read by (3) only; each output warp (16 rows,
-// 16 or 32 value columns): V̄ = U − W Sᵀ, written back in place of U rounded to T (and its decayed copy when
-// gated); then Q Sᵀ; barrier. (3) Q and W of the next chunk start loading; O += P V̄ and the output stored
+// Per chunk: (1) copy K, U and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M in (cp.async; P rounded to T by the
+// prepare, p.scores; Q, W and g were prefetched during the previous chunk), publish S_[c] from the
+// registers to shared memory as hi + lo; barrier. (2) Each output warp (16 rows, 16 or 32 value
+// columns): V̄ = U − W Sᵀ, written back in place of U rounded to T (and its decayed copy when gated);
+// then Q Sᵀ; barrier. (3) Q and W of the next chunk start loading; O += P V̄ and the output stored
 // from registers; every warp updates its 16 × 64 part of S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its
 // accumulators; barrier. P depends on no state, so it is formed in the parallel prepare, not here in
 // the sequential chain (NOTES_delta.md, "Scores in the prepare").
@@ -529,9 +529,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     const int t0 = chunk * C, size = min(C, L - t0);
     const std::size_t token0 = head_token0 + t0;
 
-    // (1) U in; S_[c] out (state pass: rounded once), and in fp32 when asked; G_i.
+    // (1) K and U in; S_[c] out (state pass: rounded once), and in fp32 when asked; G_i.
+    load_rows(k_s, k, p.k_strides.row, t0, size);
     load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
+    else load_scores(chunk);
     {
       T* out = nullptr;  // the state pass's S_[c], rounded once
       const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
@@ -556,10 +558,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     copy_async_wait_all();  // this thread's copies have landed; the barrier publishes everyone's
     __syncthreads();
 
-    // (2) K and P in (read by (3) only; their buffers were last read by the previous chunk's (3)); V̄, then
-    // Q Sᵀ, for this warp's 16 rows.
-    load_rows(k_s, k, p.k_strides.row, t0, size);
-    if constexpr (!StatePass) load_scores(chunk);
+    // (2) V̄, then Q Sᵀ, for this warp's 16 rows.
     float O[kOutTiles][4];
     if (computes_output) {
       float V[kOutTiles][4];
@@ -668,8 +667,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
           for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
         }
     }
-    copy_async_wait_all();  // K and P
-    __syncthreads();  // V̄, K and P published; Q and W are no longer read
+    __syncthreads();  // V̄ published; Q and W are no longer read
 
     // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
     if (chunk + 1 < N) {
