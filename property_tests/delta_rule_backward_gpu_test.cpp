@@ -670,11 +670,17 @@ TEST(DeltaRuleBackwardGpu, Deterministic) {
 struct ForwardOutputs {
   DeviceTensor output, final_state;
 };
-ForwardOutputs public_forward(const DeltaCase& c, const BackwardDeviceInputs& d, void* saved) {
+// The case's sizes, packed strides, no tensors.
+cuda::delta_rule::ForwardParams forward_shape(const DeltaCase& c) {
   cuda::delta_rule::ForwardParams p;
   p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
   p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
   cuda::delta_rule::set_contiguous_strides(p);
+  return p;
+}
+
+ForwardOutputs public_forward(const DeltaCase& c, const BackwardDeviceInputs& d, void* saved) {
+  cuda::delta_rule::ForwardParams p = forward_shape(c);
   ForwardOutputs out{dt::allocate(c.dtype, c.batch, c.heads, c.length, c.value_dim),
                      dt::allocate(DType::f32, c.batch, c.heads, c.value_dim, c.key_dim)};
   p.q = d.q.device.data(), p.k = d.k.device.data(), p.v = d.v.device.data(), p.beta = d.beta.device.data();
@@ -688,12 +694,7 @@ ForwardOutputs public_forward(const DeltaCase& c, const BackwardDeviceInputs& d,
   return out;
 }
 
-std::size_t saved_bytes_of(const DeltaCase& c) {
-  cuda::delta_rule::ForwardParams p;
-  p.dtype = c.dtype, p.batch = int(c.batch), p.heads = int(c.heads), p.length = int(c.length);
-  p.key_dim = int(c.key_dim), p.value_dim = int(c.value_dim), p.chunk_size = int(c.chunk);
-  return cuda::delta_rule::saved_bytes(p);
-}
+std::size_t saved_bytes_of(const DeltaCase& c) { return cuda::delta_rule::saved_bytes(forward_shape(c)); }
 
 // A training step: the forward given `saved` writes its output and final state bit for bit as without it, and
 // the backward given that buffer writes every gradient bit for bit as the one that recomputes T, W and U. A
