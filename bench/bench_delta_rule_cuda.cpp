@@ -2,7 +2,8 @@
 // forward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, each stage timed on its own
 // too (WY preparation, state scan + output), the backward (all four stages, each stage alone), a
 // training step's forward + backward (the forward keeping what the backward's first kernel computes, and
-// each half alone; the inference forward + the recomputing backward beside it), and decode of one token at B=64, H=16, D=128 with an fp32 state. Timing:
+// each half alone; the inference forward + the recomputing backward beside it), and decode of one token
+// at B=64, H=16, D=128 with an fp32 state. Timing:
 // CUDA events around each launch (UseManualTime), 60 repetitions of one launch each, median
 // reported; two input sets alternate so that a launch never finds its inputs in L2 (each set is
 // far larger than the 50 MB L2). Data random and never zero: keys normalized in expectation

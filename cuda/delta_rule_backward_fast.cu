@@ -155,8 +155,9 @@ SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int ke
 }
 
 bool tensor_core_backward_applies(const BackwardParams& p) {
-  return tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim) && copyable_rows(p.q, p.q_strides, p) && copyable_rows(p.k, p.k_strides, p) &&
-         copyable_rows(p.v, p.v_strides, p) && copyable_rows(p.d_output, p.d_output_strides, p) &&
+  return tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim) && copyable_rows(p.q, p.q_strides, p) &&
+         copyable_rows(p.k, p.k_strides, p) && copyable_rows(p.v, p.v_strides, p) &&
+         copyable_rows(p.d_output, p.d_output_strides, p) &&
          pair_rows(p.dq, p.dq_strides, p) && pair_rows(p.dk, p.dk_strides, p) && pair_rows(p.dv, p.dv_strides, p);
 }
 
