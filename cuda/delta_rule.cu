@@ -114,7 +114,7 @@ void validate_stages(const ForwardStageParams& p) {
   std::size_t saved = 0;
   if (p.saved != nullptr) {
     saved = saved_bytes(p);
-    require_argument(saved != 0, "saved", "must be null: the backward keeps nothing for these inputs (saved_bytes is 0)");
+    require_argument(saved != 0, "saved", "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
     for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w, "w"}, {p.u, "u"}, {p.w_lo, "w_lo"}, {p.u_lo, "u_lo"},
                                  {p.wy_inverse, "wy_inverse"}})
       require_argument(pointer == nullptr, name, "must be null with saved (which holds it)");
@@ -266,10 +266,7 @@ std::size_t workspace_bytes(const ForwardParams& p) { return testing::workspace_
 std::size_t saved_bytes(const ForwardParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
   require_chunk_size(p.chunk_size);
-  if (!tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim)) return 0;
-  std::size_t bytes = 0;
-  saved_tensors(nullptr, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size, &bytes);
-  return bytes;
+  return saved_tensor_bytes(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size);
 }
 void validate(const ForwardParams& p) { validate_stages(ForwardStageParams{p, {}}); }
 void forward(const ForwardParams& p, cudaStream_t stream) { testing::forward(ForwardStageParams{p, {}}, stream); }

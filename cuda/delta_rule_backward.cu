@@ -123,12 +123,11 @@ void validate_for(const BackwardStageParams& p, Run run) {
   // first kernel does not run); read where the tensor-core path runs (alignment decides), else ignored.
   std::size_t saved = 0;
   if (run == Run::backward && p.saved != nullptr) {
-    require_argument(tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim), "saved",
-                     "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
+    saved = saved_tensor_bytes(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size);
+    require_argument(saved != 0, "saved", "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
     for (auto [pointer, name] : {std::pair<const void*, const char*>{p.wy_inverse, "wy_inverse"}, {p.w, "w"}, {p.u, "u"},
                                  {p.wy_system, "wy_system"}})
       require_argument(pointer == nullptr, name, "must be null with saved (the first kernel, which writes it, does not run)");
-    saved_tensors(nullptr, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size, &saved);
   }
   const bool fast = run == Run::backward && tensor_core_backward_applies(p);
   if (fast) {  // what the tensor-core path never materialises

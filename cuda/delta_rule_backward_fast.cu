@@ -154,6 +154,13 @@ SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int ke
   return s;
 }
 
+std::size_t saved_tensor_bytes(DType dtype, int batch, int heads, int length, int key_dim, int value_dim, int chunk) {
+  if (!tensor_core_backward_shape(dtype, key_dim, value_dim)) return 0;
+  std::size_t bytes = 0;
+  saved_tensors(nullptr, batch, heads, length, key_dim, value_dim, chunk, &bytes);
+  return bytes;
+}
+
 bool tensor_core_backward_applies(const BackwardParams& p) {
   return tensor_core_backward_shape(p.dtype, p.key_dim, p.value_dim) && copyable_rows(p.q, p.q_strides, p) &&
          copyable_rows(p.k, p.k_strides, p) && copyable_rows(p.v, p.v_strides, p) &&

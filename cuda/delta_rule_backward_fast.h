@@ -26,6 +26,8 @@ struct SavedTensors {
 // Carved out of `saved` (null: sizing only); *bytes, when not null, receives the size.
 SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int key_dim, int value_dim, int chunk,
                            std::size_t* bytes);
+// Its size; 0 where tensor_core_backward_shape fails (nothing is kept).
+std::size_t saved_tensor_bytes(DType dtype, int batch, int heads, int length, int key_dim, int value_dim, int chunk);
 
 // Its workspace: W, U and the pairs between its kernels always (also with saved, so that the size does not
 // depend on it); T where the caller left it null.

@@ -59,6 +59,21 @@ bool any_row_fails(const std::vector<Comparison>& rows, const std::string& tenso
   return std::any_of(rows.begin(), rows.end(), [&](const Comparison& c) { return c.tensor == tensor && !c.agrees(); });
 }
 
+// `call` must throw std::invalid_argument naming `argument` first ("argument: ...") and saying `message`.
+template <class Call>
+void expect_named(const std::string& argument, const std::string& message, Call call) {
+  try {
+    call();
+    ADD_FAILURE() << "no exception for a bad " << argument;
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(argument + ":", 0), 0u) << what;
+    EXPECT_NE(what.find(message), std::string::npos) << what;
+  }
+}
+
+bool bitwise_equal(const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); }
+
 // Shapes first (chunk, length at the boundaries or free, awkward head dims), then dtype, S_0, seed.
 rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
   return rc::gen::exec([=] {
@@ -268,14 +283,7 @@ TEST(DeltaRuleBackwardChecks, ValidationNamesTheArgumentBeforeAnyCudaCall) {
   auto expect_rejected = [&](const std::string& argument, const std::string& message, auto mutate) {
     cuda::delta_rule::BackwardStageParams p = good;
     mutate(p);
-    try {
-      cuda::delta_rule::testing::validate(p);
-      ADD_FAILURE() << "no exception for a bad " << argument;
-    } catch (const std::invalid_argument& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.rfind(argument + ":", 0), 0u) << what;
-      EXPECT_NE(what.find(message), std::string::npos) << what;
-    }
+    expect_named(argument, message, [&] { cuda::delta_rule::testing::validate(p); });
   };
   expect_rejected("dtype", "must be fp32, fp64, bf16 or fp16", [](auto& p) { p.dtype = static_cast<DType>(7); });
   expect_rejected("batch", "must be >= 1", [](auto& p) { p.batch = 0; });
@@ -336,25 +344,15 @@ TEST(DeltaRuleBackwardChecks, SavedBufferSizeAndMisuseNamed) {
 
   std::vector<float> host(64 * 1024);  // each tensor its own 4 KB: apart, as outputs must be
   const auto at = [&](int i) { return static_cast<void*>(host.data() + 1024 * i); };
-  auto expect_rejected = [](const std::string& argument, const std::string& message, auto validate) {
-    try {
-      validate();
-      ADD_FAILURE() << "no exception for a bad " << argument;
-    } catch (const std::invalid_argument& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.rfind(argument + ":", 0), 0u) << what;
-      EXPECT_NE(what.find(message), std::string::npos) << what;
-    }
-  };
   cuda::delta_rule::ForwardStageParams forward;
   forward.dtype = DType::f16, forward.batch = 1, forward.heads = 2, forward.length = 40, forward.key_dim = 8;
   forward.value_dim = 8, forward.chunk_size = 16;
   cuda::delta_rule::set_contiguous_strides(forward);
   forward.q = at(0), forward.k = at(1), forward.v = at(2), forward.beta = at(3), forward.output = at(4);
   forward.final_state = static_cast<float*>(at(5)), forward.workspace = at(20), forward.saved = at(40);
-  expect_rejected("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(forward); });
+  expect_named("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(forward); });
   forward.dtype = DType::bf16, forward.wy_inverse = static_cast<float*>(at(6));
-  expect_rejected("wy_inverse", "must be null with saved", [&] { cuda::delta_rule::testing::validate(forward); });
+  expect_named("wy_inverse", "must be null with saved", [&] { cuda::delta_rule::testing::validate(forward); });
 
   cuda::delta_rule::BackwardStageParams backward;
   backward.dtype = DType::f32, backward.batch = 1, backward.heads = 2, backward.length = 40, backward.key_dim = 8;
@@ -363,9 +361,9 @@ TEST(DeltaRuleBackwardChecks, SavedBufferSizeAndMisuseNamed) {
   backward.q = at(0), backward.k = at(1), backward.v = at(2), backward.beta = at(3), backward.d_output = at(4);
   backward.dq = at(5), backward.dk = at(6), backward.dv = at(7), backward.d_beta = at(8), backward.workspace = at(20);
   backward.saved = at(40);
-  expect_rejected("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(backward); });
+  expect_named("saved", "keeps nothing for these inputs", [&] { cuda::delta_rule::testing::validate(backward); });
   backward.dtype = DType::bf16, backward.w = at(9);
-  expect_rejected("w", "must be null with saved", [&] { cuda::delta_rule::testing::validate(backward); });
+  expect_named("w", "must be null with saved", [&] { cuda::delta_rule::testing::validate(backward); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -635,7 +633,7 @@ TEST(DeltaRuleBackwardGpu, ZeroGatesEqualDeltaNetBitwise) {
     gated_case.gated = true;
     BackwardBuffers gated = allocate_backward(gated_case, true);
     cuda::delta_rule::testing::backward(backward_params(gated_case, dev, gated));
-    auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
+    const auto same = bitwise_equal;
     EXPECT_TRUE(same(plain.dq, gated.dq) && same(plain.dk, gated.dk) && same(plain.dv, gated.dv)) << describe(c);
     EXPECT_TRUE(same(plain.d_beta, gated.d_beta) && same(plain.d_initial_state, gated.d_initial_state)) << describe(c);
     EXPECT_TRUE(same(plain.t, gated.t) && same(plain.w, gated.w) && same(plain.boundary, gated.boundary)) << describe(c);
@@ -706,7 +704,7 @@ TEST(DeltaRuleBackwardGpu, TrainingStepEqualsTheRecomputingOneBitwise) {
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, *rc::gen::arbitrary<bool>());
     const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
-    const auto same = [](const DeviceTensor& x, const DeviceTensor& y) { return dt::download_bytes(x) == dt::download_bytes(y); };
+    const auto same = bitwise_equal;
     RC_TAG(c.gated ? "gated" : "DeltaNet");
     DeviceBuffer saved(saved_bytes_of(c));
     const ForwardOutputs inference = public_forward(c, dev, nullptr), training = public_forward(c, dev, saved.get());
@@ -756,19 +754,9 @@ TEST(DeltaRuleBackwardGpu, SavedBufferDeviceChecks) {
   for (const void* bad : {static_cast<const void*>(host_buffer.data()), static_cast<const void*>(static_cast<char*>(saved.get()) + 16)}) {
     cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, f);
     p.saved = bad;
-    try {
-      cuda::delta_rule::backward(p);
-      ADD_FAILURE() << "no exception for a bad saved";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("saved:", 0), 0u) << e.what();
-    }
+    expect_named("saved", "", [&] { cuda::delta_rule::backward(p); });
     EXPECT_EQ(dt::download_bytes(f.dq), poisoned) << "dq touched after a bad saved";
-    try {
-      public_forward(c, dev, const_cast<void*>(bad));
-      ADD_FAILURE() << "no exception for a bad saved (forward)";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("saved:", 0), 0u) << e.what();
-    }
+    expect_named("saved", "", [&] { public_forward(c, dev, const_cast<void*>(bad)); });
   }
 }
 
@@ -786,12 +774,7 @@ TEST(DeltaRuleBackwardGpu, InvalidPointersThrowBeforeAnyLaunch) {
   auto expect_rejected = [&](const std::string& argument, auto mutate) {
     cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, f);
     mutate(p);
-    try {
-      cuda::delta_rule::testing::backward(p);
-      ADD_FAILURE() << "no exception for a bad " << argument;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind(argument + ":", 0), 0u) << e.what();
-    }
+    expect_named(argument, "", [&] { cuda::delta_rule::testing::backward(p); });
     EXPECT_EQ(dt::download_bytes(f.dq), poisoned) << "dq touched after a bad " << argument;
   };
   expect_rejected("k", [&](auto& p) { p.k = host_buffer.data(); });
