@@ -9,18 +9,18 @@ cd $B/property_tests
 start=$(date +%s)
 {
 for t in delta_rule_gpu_test delta_rule_backward_gpu_test delta_rule_strides_gpu_test bad_inputs_gpu_test; do
-  (RC_PARAMS="seed=20261129" timeout 150 ./$t --gtest_color=no > /tmp/suite_$t.log 2>&1; echo "$t rc=$?") &
+  (RC_PARAMS="seed=20261129" timeout 130 ./$t --gtest_color=no > /tmp/suite_$t.log 2>&1; echo "$t rc=$?") &
 done
 for s in $(seq 61 70); do
-  (RC_PARAMS="seed=$s max_success=4" timeout 150 ./delta_rule_backward_gpu_test --gtest_color=no --gtest_filter='-*AccuracyAtDesign*' > /tmp/seed_$s.log 2>&1; echo "backward seed $s rc=$?") &
+  (RC_PARAMS="seed=$s max_success=4" timeout 130 ./delta_rule_backward_gpu_test --gtest_color=no --gtest_filter='-*AccuracyAtDesign*' > /tmp/seed_$s.log 2>&1; echo "backward seed $s rc=$?") &
 done
 (for s in $(seq 41 50); do
-   RC_PARAMS="seed=$s" timeout 60 ./delta_rule_backward_gpu_test --gtest_color=no --gtest_filter='*TrainingStep*:*SavedBuffer*' > /tmp/training_$s.log 2>&1
+   RC_PARAMS="seed=$s" timeout 20 ./delta_rule_backward_gpu_test --gtest_color=no --gtest_filter='*TrainingStep*:*SavedBuffer*' > /tmp/training_$s.log 2>&1
    echo "training seed $s rc=$?"
  done) &
 wait
 for tool in memcheck racecheck; do
-  RC_PARAMS="seed=20261129 max_success=3" timeout 60 compute-sanitizer --tool $tool --error-exitcode 99 ./delta_rule_backward_gpu_test \
+  RC_PARAMS="seed=20261129 max_success=3" timeout 40 compute-sanitizer --tool $tool --error-exitcode 99 ./delta_rule_backward_gpu_test \
     --gtest_filter='*TrainingStep*:*SavedBuffer*:*InvalidPointers*' > /tmp/sanitize_$tool.log 2>&1
   echo "$tool rc=$?"
 done
