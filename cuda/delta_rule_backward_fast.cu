@@ -4,7 +4,7 @@
 //   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing V̄ as the hi + lo
 //      pair that W, U, S and the update's V̄ also enter the tensor cores as, and S_[c] rounded once;
 //   3. gradient_scan_registers_kernel: dV̄ (as a pair) and G_[c+1] = dL/dS_[c+1] (rounded once), chunks in reverse;
-//   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg for every chunk at once.
+//   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg, persistent blocks taking the chunks in turn.
 // A training forward's saved buffer (cuda/delta_rule.h) replaces launch 1. Every other input takes
 // delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
@@ -131,9 +131,20 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
            "gradient_scan_registers_kernel" + suffix, p, b);
     expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, tokens * p.value_dim, stream);
   }
-  if (runs(TensorCoreStage::chunk_gradients))
-    launch(chunk_gradients_kernel<T, C>, dim3(N, heads), chunk_gradients_threads(C), chunk_gradients_layout(C).bytes, stream,
-           "chunk_gradients_kernel" + suffix, p, b);
+  if (runs(TensorCoreStage::chunk_gradients)) {
+    // Persistent: as many blocks as the device holds at once, each taking chunk after chunk.
+    const auto kernel = chunk_gradients_kernel<T, C>;
+    const int threads = chunk_gradients_threads(C);
+    const std::size_t smem = chunk_gradients_layout(C).bytes;
+    const std::string name = "chunk_gradients_kernel" + suffix;
+    int device = 0, sms = 0, per_sm = 0;
+    check(cudaGetDevice(&device), "device of " + name);
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count for " + name);
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "shared-memory size of " + name);
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy of " + name);
+    const int resident = p.chunk_gradient_blocks > 0 ? p.chunk_gradient_blocks : per_sm * sms;
+    launch(kernel, dim3(chunk_gradients_blocks(N * heads, resident)), threads, smem, stream, name, p, b);
+  }
 }
 
 }  // namespace

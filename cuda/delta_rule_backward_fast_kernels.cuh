@@ -8,7 +8,8 @@
 //      mirror of the register scan. G = dL/dS in fp32 registers; per chunk G' = G_[c+1] is published as
 //      hi + lo (and stored rounded once for stage 4), dV̄ = diag(λ) K G'ᵀ + Pᵀ dO (P = Q Kᵀ ⊙ Γ ⊙ M as
 //      hi + lo), then G_[c] = γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W with dV̄, diag(γ) dO and W rounded once.
-//   4. chunk_gradients_kernel (one block per chunk and head, all chunks at once): the products with the
+//   4. chunk_gradients_kernel (persistent blocks, each taking (chunk, head) items in turn; the next item's
+//      operands copied in as the current one's tiles die): the products with the
 //      states first, S_[c] and G' (each rounded once) streamed through shared memory 32 value rows at a time
 //      (16 at C < 64): dq = diag(γ) dO S + E_o K, dW = −dV̄ S, V̄ G'; then the WY adjoint (dT, X = Tᵀ dT, E = −X Tᵀ
 //      strictly lower), dk, dv, dβ and, gated, the gate-sum gradients dG and dg.
@@ -320,7 +321,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
 }
 
 // ---------------------------------------------------------------------------------------
-// Stage 4: the chunk gradients, one block per (chunk, head) (chunk_gradients_warps: 16 warps, 8 at C = 16).
+// Stage 4: the chunk gradients, persistent blocks over (chunk, head) items (chunk_gradients_warps: 16 warps, 8
+// at C = 16).
 
 // Fragments from shared memory (ldmatrix.x4): A is 16×16 (rows m0.., k0..); B covers k0..k0+15 × two n8
 // tiles n0.. (regs 0, 1 for n0, 2, 3 for n0 + 8).
@@ -365,6 +367,15 @@ __host__ __device__ constexpr int chunk_gradients_stream(int chunk) { return chu
 // the products go in pairs.
 __host__ __device__ constexpr int chunk_gradients_warps(int chunk) { return chunk >= 32 ? 16 : 8; }
 __host__ __device__ constexpr int chunk_gradients_threads(int chunk) { return 32 * chunk_gradients_warps(chunk); }
+// Blocks of the persistent chunk-gradient kernel: one per resident slot (`resident`, from the occupancy), at
+// most one per (chunk, head) item, at least one.
+inline int chunk_gradients_blocks(int items, int resident) { return resident < 1 ? 1 : (items < resident ? items : resident); }
+
+// One (chunk, head) of stage 4's persistent loop.
+struct ChunkItem {
+  int chunk, head, t0, n, bi, h;  // t0: the chunk's first token, n its length; bi, h: batch and head
+  std::size_t token0;             // the chunk's first row in the packed intermediates
+};
 
 struct ChunkGradientsLayout {
   std::size_t queries, keys, values, d_out, v_new_hi, v_new_lo, d_v_new_hi, d_v_new_lo;
@@ -444,23 +455,13 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
   float* reduce = z_col + kRowBlocks * C;  // [kWarps] per-warp <G', S>
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-  const int chunk = blockIdx.x, head = blockIdx.y, N = gridDim.x;
-  const int L = p.length, DK = p.key_dim, DV = p.value_dim;
-  const int t0 = chunk * C, n = min(C, L - t0);
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
+  const int items = N * p.batch * p.heads;  // (chunk, head) pairs, chunks of a head consecutive
   const bool gated = p.log_gate != nullptr;
-  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates
-  const int bi = head / p.heads, h = head % p.heads;
-  // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).
-  const auto chunk_rows = [&](const void* data, const Strides& s) {
-    return static_cast<const T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
-  };
-  const auto chunk_rows_out = [&](void* data, const Strides& s) {
-    return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
-  };
   const int row_block = warp % kRowBlocks, part_index = warp / kRowBlocks;
   const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
 
-  // ---- loads: every 16-bit operand by cp.async (zero past n rows and past the width); T (fp32) rounded once.
+  // ---- copies: every 16-bit operand by cp.async (zero past n rows and past the width), T in fp32.
   // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
   auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
     for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
@@ -470,476 +471,525 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
     }
   };
   const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
-  const std::size_t state_rows0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first row
+  // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).
+  const auto chunk_rows = [&](const ChunkItem& it, const void* data, const Strides& s) {
+    return static_cast<const T*>(data) + s.head_offset(it.bi, it.h) + std::int64_t(it.t0) * s.row;
+  };
   // Value rows r0.. of S_[c] and G' into stream buffer `buffer`.
-  auto load_stream = [&](int buffer, int r0) {
+  auto load_stream = [&](const ChunkItem& it, int buffer, int r0) {
     T* tiles = stream + 2 * buffer * kStream * kTcLd;
     const int rows = min(kStream, DV - r0);
+    const std::size_t state_rows0 = (static_cast<std::size_t>(it.head) * N + it.chunk) * DV;  // S_[c]'s first row
     load_rows(tiles, packed(b.state_pass.s, state_rows0 + r0, DK), DK, rows, kStream, DK);
     load_rows(tiles + kStream * kTcLd, packed(b.state_gradients, state_rows0 + r0, DK), DK, rows, kStream, DK);
     copy_async_commit();
   };
-  // Three copy groups: what P1 reads (dO, V̄, Q, K), then V and dV̄ (first read in P2), then the first state
-  // tile; P1 waits for the first group only.
-  load_rows(do_s, chunk_rows(p.d_output, p.d_output_strides), p.d_output_strides.row, n, C, DV);
-  load_rows(vb_hi, packed(b.state_pass.v_hi, token0, DV), DV, n, C, DV);
-  load_rows(vb_lo, packed(b.state_pass.v_lo, token0, DV), DV, n, C, DV);
-  load_rows(q_s, chunk_rows(p.q, p.q_strides), p.q_strides.row, n, C, DK);
-  load_rows(k_s, chunk_rows(p.k, p.k_strides), p.k_strides.row, n, C, DK);
-  copy_async_commit();
-  load_rows(v_s, chunk_rows(p.v, p.v_strides), p.v_strides.row, n, C, DV);
-  load_rows(dvb_hi, packed(b.d_v_new_hi, token0, DV), DV, n, C, DV);
-  load_rows(dvb_lo, packed(b.d_v_new_lo, token0, DV), DV, n, C, DV);
-  copy_async_commit();
-  load_stream(0, 0);  // the first state tile flies during P1
-  {
-    const float* t_src = b.wy_inverse + (static_cast<std::size_t>(head) * N + chunk) * C * C;
-    for (int e = tid; e < C * C / 4; e += kThreads) {  // 16-byte loads; C × C is a multiple of 4
-      const float4 x = reinterpret_cast<const float4*>(t_src)[e];
-      const int r = (4 * e) / C, c = (4 * e) % C;
-      *reinterpret_cast<uint2*>(t_s + r * kPitchC + c) = make_uint2(pack_pair<T>(x.x, x.y), pack_pair<T>(x.z, x.w));
-    }
+  // A block runs chunk after chunk (persistent), and each chunk's operands come in while the one before is still
+  // computing, as soon as the tile they land in is dead there: five copy groups, committed in this order.
+  //   (a) dO and V̄'s lo part: from P3 on (P1 and P2 read them last);
+  //   (b) Q, then T in fp32 into stream buffer 1; (c) the first state tile into buffer 0: once dT is formed (P3
+  //       reads Q last; βV and βγK, over the stream tiles, are dead);
+  //   (d) V̄'s hi part (dW's tile until P5) and K; (e) V and dV̄'s pair: from P6 on.
+  // The top of a chunk waits for all but (e), which P2's first copy wait takes.
+  auto copy_after_p2 = [&](const ChunkItem& it) {
+    load_rows(do_s, chunk_rows(it, p.d_output, p.d_output_strides), p.d_output_strides.row, it.n, C, DV);
+    load_rows(vb_lo, packed(b.state_pass.v_lo, it.token0, DV), DV, it.n, C, DV);
+    copy_async_commit();
+  };
+  auto copy_after_dt = [&](const ChunkItem& it) {
+    load_rows(q_s, chunk_rows(it, p.q, p.q_strides), p.q_strides.row, it.n, C, DK);
+    const float* t_src = b.wy_inverse + (static_cast<std::size_t>(it.head) * N + it.chunk) * C * C;
+    float* t_staged = reinterpret_cast<float*>(stream + 2 * kStream * kTcLd);  // stream buffer 1 (4C² bytes fit)
+    for (int e = tid; e < C * C / 4; e += kThreads) copy_async_16(t_staged + 4 * e, t_src + 4 * e, true);
+    copy_async_commit();
+    load_stream(it, 0, 0);
+  };
+  auto copy_after_p5 = [&](const ChunkItem& it) {
+    load_rows(vb_hi, packed(b.state_pass.v_hi, it.token0, DV), DV, it.n, C, DV);
+    load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, C, DK);
+    copy_async_commit();
+    load_rows(v_s, chunk_rows(it, p.v, p.v_strides), p.v_strides.row, it.n, C, DV);
+    load_rows(dvb_hi, packed(b.d_v_new_hi, it.token0, DV), DV, it.n, C, DV);
+    load_rows(dvb_lo, packed(b.d_v_new_lo, it.token0, DV), DV, it.n, C, DV);
+    copy_async_commit();
+  };
+  const auto item_at = [&](int item) {
+    ChunkItem it;
+    it.chunk = item % N, it.head = item / N;
+    it.t0 = it.chunk * C, it.n = min(C, L - it.t0);
+    it.bi = it.head / p.heads, it.h = it.head % p.heads;
+    it.token0 = static_cast<std::size_t>(it.head) * L + it.t0;  // packed intermediates
+    return it;
+  };
+  if (blockIdx.x < items) {
+    const ChunkItem first = item_at(blockIdx.x);
+    copy_after_p2(first);
+    copy_after_dt(first);
+    copy_after_p5(first);
   }
-  if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
-    const T* beta_in = chunk_rows(p.beta, p.beta_strides);
-    const float* log_gate =
-        gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.log_gate_strides.row
-              : nullptr;
-    float lo = gated && lane < n ? log_gate[lane * p.log_gate_strides.row] : 0.0f;
-    float hi = gated && lane + 32 < n ? log_gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
-    if (gated) chunk_prefix_sums(lo, hi, lane);
-    for (int half = 0; half < 2; ++half) {
-      const int i = lane + 32 * half;
-      if (i >= C) break;
-      const float G = half ? hi : lo;
-      beta[i] = i < n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
-      gsum[i] = G;
-      if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
-    }
-  }
-  copy_async_wait<2>();  // P1's operands (V, dV̄ and the first state tile may still fly: P2's first wait takes them)
-  __syncthreads();
-  const float last = gsum[n - 1];
-  for (int i = tid; i < C; i += kThreads) {  // without gates no decay: every one is exactly 1
-    gamma[i] = gated ? gate_exp(gsum[i]) : 1.0f;
-    lambda[i] = gated ? gate_exp(last - gsum[i]) : 1.0f;
-  }
-  __syncthreads();
-  // exp(G_i − G_j), used for i ≥ j; the loops below also form it for masked entries of a tile on the diagonal
-  // block (no per-entry branch) and drop it with a select, an inf from a positive exponent included.
-  auto decay = [&](int i, int j) { return gated ? gate_exp(gsum[i] - gsum[j]) : 1.0f; };
-  const int dv_steps = (DV + 15) / 16, dk_steps = (DK + 15) / 16;
 
-  // ---- P1: E_o, and gated the sums of Z_o. Tiles of 16 × 16 on and below the diagonal.
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
-    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
-    float acc[2][4] = {}, qk[2][4] = {};
-    if (cb <= rb) {
-      for (int kk = 0; kk < dv_steps; ++kk) {
-        unsigned a[4], bh[4], bl[4];
-        a_rows(a, do_s, kTcLd, 16 * rb, 16 * kk);
-        b_rows(bh, vb_hi, kTcLd, 16 * kk, 16 * cb);
-        b_rows(bl, vb_lo, kTcLd, 16 * kk, 16 * cb);
-        mma_pair<T>(acc[0], acc[1], a, bh);
-        mma_pair<T>(acc[0], acc[1], a, bl);
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const ChunkItem cur = item_at(item);
+    const int chunk = cur.chunk, head = cur.head, t0 = cur.t0, n = cur.n, bi = cur.bi, h = cur.h;
+    const std::size_t token0 = cur.token0;
+    const bool has_next = item + gridDim.x < items;
+    const ChunkItem next = item_at(has_next ? item + gridDim.x : item);
+    const auto chunk_rows_out = [&](void* data, const Strides& s) {
+      return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
+    };
+    if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
+      const T* beta_in = chunk_rows(cur, p.beta, p.beta_strides);
+      const float* log_gate =
+          gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.log_gate_strides.row
+                : nullptr;
+      float lo = gated && lane < n ? log_gate[lane * p.log_gate_strides.row] : 0.0f;
+      float hi = gated && lane + 32 < n ? log_gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
+      if (gated) chunk_prefix_sums(lo, hi, lane);
+      for (int half = 0; half < 2; ++half) {
+        const int i = lane + 32 * half;
+        if (i >= C) break;
+        const float G = half ? hi : lo;
+        beta[i] = i < n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
+        gsum[i] = G;
+        if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
       }
-      if (gated)
-        for (int kk = 0; kk < dk_steps; ++kk) {
-          unsigned a[4], bk[4];
-          a_rows(a, q_s, kTcLd, 16 * rb, 16 * kk);
-          b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
-          mma_pair<T>(qk[0], qk[1], a, bk);
-        }
     }
-    float row_sum[2] = {0.0f, 0.0f}, col_sum[2][2] = {};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
-        float e[2];
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // warp-uniform: tiles above the diagonal hold zeros
-          const float d = j + x <= i ? d_all : 0.0f;
-          e[x] = acc[nt][2 * half + x] * d;
-          if (gated && j + x < i) {  // Z_o = (dO V̄ᵀ) ⊙ P, strictly lower
-            const float z = acc[nt][2 * half + x] * (qk[nt][2 * half + x] * d);
-            row_sum[half] += z;
-            col_sum[nt][x] += z;
-          }
+    copy_async_wait<1>();  // all but (e): V and dV̄ may still fly (P2's first wait takes them)
+    __syncthreads();
+    {  // T rounded once, from its fp32 copy in stream buffer 1 (P2's first copy into that buffer follows a barrier)
+      const float* t_staged = reinterpret_cast<const float*>(stream + 2 * kStream * kTcLd);
+      for (int e = tid; e < C * C / 4; e += kThreads) {
+        const float4 x = reinterpret_cast<const float4*>(t_staged)[e];
+        const int r = (4 * e) / C, c = (4 * e) % C;
+        *reinterpret_cast<uint2*>(t_s + r * kPitchC + c) = make_uint2(pack_pair<T>(x.x, x.y), pack_pair<T>(x.z, x.w));
+      }
+    }
+    const float last = gsum[n - 1];
+    for (int i = tid; i < C; i += kThreads) {  // without gates no decay: every one is exactly 1
+      gamma[i] = gated ? gate_exp(gsum[i]) : 1.0f;
+      lambda[i] = gated ? gate_exp(last - gsum[i]) : 1.0f;
+    }
+    __syncthreads();
+    // exp(G_i − G_j), used for i ≥ j; the loops below also form it for masked entries of a tile on the diagonal
+    // block (no per-entry branch) and drop it with a select, an inf from a positive exponent included.
+    auto decay = [&](int i, int j) { return gated ? gate_exp(gsum[i] - gsum[j]) : 1.0f; };
+    const int dv_steps = (DV + 15) / 16, dk_steps = (DK + 15) / 16;
+
+    // ---- P1: E_o, and gated the sums of Z_o. Tiles of 16 × 16 on and below the diagonal.
+    for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
+      const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+      float acc[2][4] = {}, qk[2][4] = {};
+      if (cb <= rb) {
+        for (int kk = 0; kk < dv_steps; ++kk) {
+          unsigned a[4], bh[4], bl[4];
+          a_rows(a, do_s, kTcLd, 16 * rb, 16 * kk);
+          b_rows(bh, vb_hi, kTcLd, 16 * kk, 16 * cb);
+          b_rows(bl, vb_lo, kTcLd, 16 * kk, 16 * cb);
+          mma_pair<T>(acc[0], acc[1], a, bh);
+          mma_pair<T>(acc[0], acc[1], a, bl);
         }
-        *reinterpret_cast<unsigned*>(eo_s + i * kPitchC + j) = pack_pair<T>(e[0], e[1]);
+        if (gated)
+          for (int kk = 0; kk < dk_steps; ++kk) {
+            unsigned a[4], bk[4];
+            a_rows(a, q_s, kTcLd, 16 * rb, 16 * kk);
+            b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
+            mma_pair<T>(qk[0], qk[1], a, bk);
+          }
       }
-    if (gated) {
-      // Row sums over the tile's 16 columns: lanes t = 0..3 by butterfly, the two n8 tiles in order.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float r = row_sum[half];
-        r += __shfl_xor_sync(0xffffffffu, r, 1);
-        r += __shfl_xor_sync(0xffffffffu, r, 2);
-        if (t == 0) z_row[cb * C + 16 * rb + g + 8 * half] = r;
-      }
-      // Column sums over the tile's 16 rows: lanes g = 0..7 by butterfly.
+      float row_sum[2] = {0.0f, 0.0f}, col_sum[2][2] = {};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float c = col_sum[nt][x];
-          c += __shfl_xor_sync(0xffffffffu, c, 4);
-          c += __shfl_xor_sync(0xffffffffu, c, 8);
-          c += __shfl_xor_sync(0xffffffffu, c, 16);
-          if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] = c;
-        }
-    }
-  }
-
-  // ---- P2: the state products, S_[c] and G' (each rounded once) streamed one tile ahead.
-  float dq[kDTiles][4] = {}, dw[kDTiles][4] = {}, vg[kDTiles][4] = {};
-  float gs = 0.0f;  // this thread's part of <G', S>, of the rounded states as the tensor cores see them
-  for (int r0 = 0, buffer = 0; r0 < DV; r0 += kStream, buffer ^= 1) {
-    __syncthreads();  // the other buffer is consumed (and, the first time, P1's E_o is published)
-    if (r0 + kStream < DV) {
-      load_stream(buffer ^ 1, r0 + kStream);
-      copy_async_wait<1>();
-    } else {
-      copy_async_wait<0>();
-    }
-    __syncthreads();
-    const T* s_tile = stream + 2 * buffer * kStream * kTcLd;
-    const T* g_tile = s_tile + kStream * kTcLd;
-    if (gated)
-      for (int e = tid; e < kStream * (kTcKeys / 2); e += kThreads) {
-        const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
-        const float2 sv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_tile + at_pair));
-        const float2 gv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_tile + at_pair));
-        gs = fmaf(gv.x, sv.x, gs);  // a product of two 16-bit values: exact in fp32
-        gs = fmaf(gv.y, sv.y, gs);
-      }
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
+          float e[2];
 #pragma unroll
-    for (int kk = 0; kk < kStream / 16; ++kk) {  // value rows past DV are zero in both operands
-      unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
-      a_rows(ad, do_s, kTcLd, i0, r0 + 16 * kk);
-      a_rows(awh, dvb_hi, kTcLd, i0, r0 + 16 * kk);
-      a_rows(awl, dvb_lo, kTcLd, i0, r0 + 16 * kk);
-      a_rows(avh, vb_hi, kTcLd, i0, r0 + 16 * kk);
-      a_rows(avl, vb_lo, kTcLd, i0, r0 + 16 * kk);
-      negate(awh);
-      negate(awl);
+          for (int x = 0; x < 2; ++x) {
+            const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // warp-uniform: tiles above the diagonal hold zeros
+            const float d = j + x <= i ? d_all : 0.0f;
+            e[x] = acc[nt][2 * half + x] * d;
+            if (gated && j + x < i) {  // Z_o = (dO V̄ᵀ) ⊙ P, strictly lower
+              const float z = acc[nt][2 * half + x] * (qk[nt][2 * half + x] * d);
+              row_sum[half] += z;
+              col_sum[nt][x] += z;
+            }
+          }
+          *reinterpret_cast<unsigned*>(eo_s + i * kPitchC + j) = pack_pair<T>(e[0], e[1]);
+        }
+      if (gated) {
+        // Row sums over the tile's 16 columns: lanes t = 0..3 by butterfly, the two n8 tiles in order.
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float r = row_sum[half];
+          r += __shfl_xor_sync(0xffffffffu, r, 1);
+          r += __shfl_xor_sync(0xffffffffu, r, 2);
+          if (t == 0) z_row[cb * C + 16 * rb + g + 8 * half] = r;
+        }
+        // Column sums over the tile's 16 rows: lanes g = 0..7 by butterfly.
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            float c = col_sum[nt][x];
+            c += __shfl_xor_sync(0xffffffffu, c, 4);
+            c += __shfl_xor_sync(0xffffffffu, c, 8);
+            c += __shfl_xor_sync(0xffffffffu, c, 16);
+            if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] = c;
+          }
+      }
+    }
+
+    // ---- P2: the state products, S_[c] and G' (each rounded once) streamed one tile ahead.
+    float dq[kDTiles][4] = {}, dw[kDTiles][4] = {}, vg[kDTiles][4] = {};
+    float gs = 0.0f;  // this thread's part of <G', S>, of the rounded states as the tensor cores see them
+    for (int r0 = 0, buffer = 0; r0 < DV; r0 += kStream, buffer ^= 1) {
+      __syncthreads();  // the other buffer is consumed (and, the first time, P1's E_o is published)
+      if (r0 + kStream < DV) {
+        load_stream(cur, buffer ^ 1, r0 + kStream);
+        copy_async_wait<1>();
+      } else {
+        copy_async_wait<0>();
+      }
+      __syncthreads();
+      const T* s_tile = stream + 2 * buffer * kStream * kTcLd;
+      const T* g_tile = s_tile + kStream * kTcLd;
+      if (gated)
+        for (int e = tid; e < kStream * (kTcKeys / 2); e += kThreads) {
+          const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
+          const float2 sv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_tile + at_pair));
+          const float2 gv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_tile + at_pair));
+          gs = fmaf(gv.x, sv.x, gs);  // a product of two 16-bit values: exact in fp32
+          gs = fmaf(gv.y, sv.y, gs);
+        }
+#pragma unroll
+      for (int kk = 0; kk < kStream / 16; ++kk) {  // value rows past DV are zero in both operands
+        unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
+        a_rows(ad, do_s, kTcLd, i0, r0 + 16 * kk);
+        a_rows(awh, dvb_hi, kTcLd, i0, r0 + 16 * kk);
+        a_rows(awl, dvb_lo, kTcLd, i0, r0 + 16 * kk);
+        a_rows(avh, vb_hi, kTcLd, i0, r0 + 16 * kk);
+        a_rows(avl, vb_lo, kTcLd, i0, r0 + 16 * kk);
+        negate(awh);
+        negate(awl);
+#pragma unroll
+        for (int nt = 0; nt < kDTiles; nt += 2) {
+          unsigned bs[4], bg[4];
+          b_columns(bs, s_tile, kTcLd, 16 * kk, col0 + 8 * nt);
+          b_columns(bg, g_tile, kTcLd, 16 * kk, col0 + 8 * nt);
+          mma_pair<T>(dq[nt], dq[nt + 1], ad, bs);
+          mma_pair<T>(dw[nt], dw[nt + 1], awh, bs);
+          mma_pair<T>(dw[nt], dw[nt + 1], awl, bs);
+          mma_pair<T>(vg[nt], vg[nt + 1], avh, bg);
+          mma_pair<T>(vg[nt], vg[nt + 1], avl, bg);
+        }
+      }
+    }
+    if (gated) {  // <G', S>: the warp's lanes by butterfly here, the warps in order in P6
+#pragma unroll
+      for (int m = 16; m >= 1; m /= 2) gs += __shfl_xor_sync(0xffffffffu, gs, m);
+      if (lane == 0) reduce[warp] = gs;
+    }
+    __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
+    if (has_next) copy_after_p2(next);
+
+    // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
+    // t = 0..3 by butterfly; stored by key part.
+    auto row_dot = [&](const float (&acc)[kDTiles][4], const T* operand, float* out) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half;
+        float r = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kDTiles; ++nt) {
+          const float2 o = unpack_pair<T>(*reinterpret_cast<const unsigned*>(operand + i * kTcLd + col0 + 8 * nt + 2 * t));
+          r = fmaf(acc[nt][2 * half], o.x, r);
+          r = fmaf(acc[nt][2 * half + 1], o.y, r);
+        }
+        r += __shfl_xor_sync(0xffffffffu, r, 1);
+        r += __shfl_xor_sync(0xffffffffu, r, 2);
+        if (t == 0) out[part_index * C + i] = r;
+      }
+    };
+    // Stores a C × D accumulator as the dtype into a strided user tensor (rows < n, columns < width; widths
+    // are multiples of 8 and rows 4-byte aligned here, so every pair is whole and aligned).
+    auto store_rows = [&](const float (&acc)[kDTiles][4], void* data, const Strides& strides, int width) {
+      T* dst = chunk_rows_out(data, strides);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
+          if (i < n && c < width)
+            *reinterpret_cast<unsigned*>(dst + i * strides.row + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        }
+    };
+
+    // ---- P3: dq, dW, the first terms of dk; then βV, βγK and dT.
+    row_dot(dq, q_s, rq);
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) dq[nt][x] *= gamma[i0 + g + (x / 2) * 8];
+    for (int jj = 0; jj <= row_block; ++jj) {  // E_o K: E_o is zero above the diagonal
+      unsigned a[4];
+      a_rows(a, eo_s, kPitchC, i0, 16 * jj);
 #pragma unroll
       for (int nt = 0; nt < kDTiles; nt += 2) {
-        unsigned bs[4], bg[4];
-        b_columns(bs, s_tile, kTcLd, 16 * kk, col0 + 8 * nt);
-        b_columns(bg, g_tile, kTcLd, 16 * kk, col0 + 8 * nt);
-        mma_pair<T>(dq[nt], dq[nt + 1], ad, bs);
-        mma_pair<T>(dw[nt], dw[nt + 1], awh, bs);
-        mma_pair<T>(dw[nt], dw[nt + 1], awl, bs);
-        mma_pair<T>(vg[nt], vg[nt + 1], avh, bg);
-        mma_pair<T>(vg[nt], vg[nt + 1], avl, bg);
+        unsigned bk[4];
+        b_columns(bk, k_s, kTcLd, 16 * jj, col0 + 8 * nt);
+        mma_pair<T>(dq[nt], dq[nt + 1], a, bk);
       }
     }
-  }
-  if (gated) {  // <G', S>: the warp's lanes by butterfly here, the warps in order in P6
+    store_rows(dq, p.dq, p.dq_strides, DK);
+    row_dot(vg, k_s, dlam);
 #pragma unroll
-    for (int m = 16; m >= 1; m /= 2) gs += __shfl_xor_sync(0xffffffffu, gs, m);
-    if (lane == 0) reduce[warp] = gs;
-  }
-  __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
-
-  // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
-  // t = 0..3 by butterfly; stored by key part.
-  auto row_dot = [&](const float (&acc)[kDTiles][4], const T* operand, float* out) {
+    for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = i0 + g + 8 * half;
-      float r = 0.0f;
+      for (int x = 0; x < 4; ++x) vg[nt][x] *= lambda[i0 + g + (x / 2) * 8];  // vg is dk from here on
+    for (int jj = row_block; jj < kRowBlocks; ++jj) {  // E_oᵀ Q: (E_oᵀ)_ij = E_o,ji, nonzero for j ≥ i
+      unsigned a[4];
+      a_columns(a, eo_s, kPitchC, i0, 16 * jj);
 #pragma unroll
-      for (int nt = 0; nt < kDTiles; ++nt) {
-        const float2 o = unpack_pair<T>(*reinterpret_cast<const unsigned*>(operand + i * kTcLd + col0 + 8 * nt + 2 * t));
-        r = fmaf(acc[nt][2 * half], o.x, r);
-        r = fmaf(acc[nt][2 * half + 1], o.y, r);
+      for (int nt = 0; nt < kDTiles; nt += 2) {
+        unsigned bq[4];
+        b_columns(bq, q_s, kTcLd, 16 * jj, col0 + 8 * nt);
+        mma_pair<T>(vg[nt], vg[nt + 1], a, bq);
       }
-      r += __shfl_xor_sync(0xffffffffu, r, 1);
-      r += __shfl_xor_sync(0xffffffffu, r, 2);
-      if (t == 0) out[part_index * C + i] = r;
     }
-  };
-  // Stores a C × D accumulator as the dtype into a strided user tensor (rows < n, columns < width; widths
-  // are multiples of 8 and rows 4-byte aligned here, so every pair is whole and aligned).
-  auto store_rows = [&](const float (&acc)[kDTiles][4], void* data, const Strides& strides, int width) {
-    T* dst = chunk_rows_out(data, strides);
+    // dW: in fp32 when asked, rounded once to T over V̄'s dead hi tile.
 #pragma unroll
     for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
-        if (i < n && c < width)
-          *reinterpret_cast<unsigned*>(dst + i * strides.row + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        *reinterpret_cast<unsigned*>(dw_s + i * kTcLd + c) = pack_pair<T>(dw[nt][2 * half], dw[nt][2 * half + 1]);
+        if (b.d_w != nullptr && i < n && c < DK) {
+          float* dst = b.d_w + (token0 + i) * DK + c;
+          dst[0] = dw[nt][2 * half];
+          if (c + 1 < DK) dst[1] = dw[nt][2 * half + 1];
+        }
       }
-  };
-
-  // ---- P3: dq, dW, the first terms of dk; then βV, βγK and dT.
-  row_dot(dq, q_s, rq);
-#pragma unroll
-  for (int nt = 0; nt < kDTiles; ++nt)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) dq[nt][x] *= gamma[i0 + g + (x / 2) * 8];
-  for (int jj = 0; jj <= row_block; ++jj) {  // E_o K: E_o is zero above the diagonal
-    unsigned a[4];
-    a_rows(a, eo_s, kPitchC, i0, 16 * jj);
-#pragma unroll
-    for (int nt = 0; nt < kDTiles; nt += 2) {
-      unsigned bk[4];
-      b_columns(bk, k_s, kTcLd, 16 * jj, col0 + 8 * nt);
-      mma_pair<T>(dq[nt], dq[nt + 1], a, bk);
+    for (int e = tid; e < C * (kTcKeys / 2); e += kThreads) {  // βV and βγK, each product rounded once
+      const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
+      const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_s + r * kTcLd + c));
+      const float2 y = unpack_pair<T>(*reinterpret_cast<const unsigned*>(k_s + r * kTcLd + c));
+      const float bg = beta[r] * gamma[r];
+      *reinterpret_cast<unsigned*>(bv_s + r * kTcLd + c) = pack_pair<T>(beta[r] * x.x, beta[r] * x.y);
+      *reinterpret_cast<unsigned*>(bgk_s + r * kTcLd + c) = pack_pair<T>(bg * y.x, bg * y.y);
     }
-  }
-  store_rows(dq, p.dq, p.dq_strides, DK);
-  row_dot(vg, k_s, dlam);
-#pragma unroll
-  for (int nt = 0; nt < kDTiles; ++nt)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) vg[nt][x] *= lambda[i0 + g + (x / 2) * 8];  // vg is dk from here on
-  for (int jj = row_block; jj < kRowBlocks; ++jj) {  // E_oᵀ Q: (E_oᵀ)_ij = E_o,ji, nonzero for j ≥ i
-    unsigned a[4];
-    a_columns(a, eo_s, kPitchC, i0, 16 * jj);
-#pragma unroll
-    for (int nt = 0; nt < kDTiles; nt += 2) {
-      unsigned bq[4];
-      b_columns(bq, q_s, kTcLd, 16 * jj, col0 + 8 * nt);
-      mma_pair<T>(vg[nt], vg[nt + 1], a, bq);
-    }
-  }
-  // dW: in fp32 when asked, rounded once to T over V̄'s dead hi tile.
-#pragma unroll
-  for (int nt = 0; nt < kDTiles; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
-      *reinterpret_cast<unsigned*>(dw_s + i * kTcLd + c) = pack_pair<T>(dw[nt][2 * half], dw[nt][2 * half + 1]);
-      if (b.d_w != nullptr && i < n && c < DK) {
-        float* dst = b.d_w + (token0 + i) * DK + c;
-        dst[0] = dw[nt][2 * half];
-        if (c + 1 < DK) dst[1] = dw[nt][2 * half + 1];
-      }
-    }
-  for (int e = tid; e < C * (kTcKeys / 2); e += kThreads) {  // βV and βγK, each product rounded once
-    const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
-    const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_s + r * kTcLd + c));
-    const float2 y = unpack_pair<T>(*reinterpret_cast<const unsigned*>(k_s + r * kTcLd + c));
-    const float bg = beta[r] * gamma[r];
-    *reinterpret_cast<unsigned*>(bv_s + r * kTcLd + c) = pack_pair<T>(beta[r] * x.x, beta[r] * x.y);
-    *reinterpret_cast<unsigned*>(bgk_s + r * kTcLd + c) = pack_pair<T>(bg * y.x, bg * y.y);
-  }
-  __syncthreads();
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
-    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
-    float acc[2][4] = {};
-    for (int kk = 0; kk < dv_steps; ++kk) {
-      unsigned ah[4], al[4], bv[4];
-      a_rows(ah, dvb_hi, kTcLd, 16 * rb, 16 * kk);
-      a_rows(al, dvb_lo, kTcLd, 16 * rb, 16 * kk);
-      b_rows(bv, bv_s, kTcLd, 16 * kk, 16 * cb);
-      mma_pair<T>(acc[0], acc[1], ah, bv);
-      mma_pair<T>(acc[0], acc[1], al, bv);
-    }
-    for (int kk = 0; kk < dk_steps; ++kk) {
-      unsigned a[4], bk[4];
-      a_rows(a, dw_s, kTcLd, 16 * rb, 16 * kk);
-      b_rows(bk, bgk_s, kTcLd, 16 * kk, 16 * cb);
-      mma_pair<T>(acc[0], acc[1], a, bk);
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        *reinterpret_cast<unsigned*>(dt_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
-            pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
-  }
-  __syncthreads();
-
-  // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
-    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
-    float acc[2][4] = {};
-    for (int jj = rb; jj < kRowBlocks; ++jj) {
-      unsigned a[4], bd[4];
-      a_columns(a, t_s, kPitchC, 16 * rb, 16 * jj);
-      b_columns(bd, dt_s, kPitchC, 16 * jj, 16 * cb);
-      mma_pair<T>(acc[0], acc[1], a, bd);
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        *reinterpret_cast<unsigned*>(x_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
-            pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
-  }
-  __syncthreads();
-  float* e_out = b.wy_system_adjoint != nullptr ? b.wy_system_adjoint + (static_cast<std::size_t>(head) * N + chunk) * C * C : nullptr;
-  for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // E = strictly_lower(−X Tᵀ)
-    const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
-    float acc[2][4] = {}, kk_acc[2][4] = {};
-    if (cb <= rb) {
-      for (int ll = 0; ll <= cb; ++ll) {  // (Tᵀ)_lk = T_kl is zero for l > k
-        unsigned a[4], bt[4];
-        a_rows(a, x_s, kPitchC, 16 * rb, 16 * ll);
-        b_rows(bt, t_s, kPitchC, 16 * ll, 16 * cb);
-        negate(a);
-        mma_pair<T>(acc[0], acc[1], a, bt);
+    __syncthreads();
+    for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
+      const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+      float acc[2][4] = {};
+      for (int kk = 0; kk < dv_steps; ++kk) {
+        unsigned ah[4], al[4], bv[4];
+        a_rows(ah, dvb_hi, kTcLd, 16 * rb, 16 * kk);
+        a_rows(al, dvb_lo, kTcLd, 16 * rb, 16 * kk);
+        b_rows(bv, bv_s, kTcLd, 16 * kk, 16 * cb);
+        mma_pair<T>(acc[0], acc[1], ah, bv);
+        mma_pair<T>(acc[0], acc[1], al, bv);
       }
       for (int kk = 0; kk < dk_steps; ++kk) {
         unsigned a[4], bk[4];
-        a_rows(a, k_s, kTcLd, 16 * rb, 16 * kk);
-        b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
-        mma_pair<T>(kk_acc[0], kk_acc[1], a, bk);
+        a_rows(a, dw_s, kTcLd, 16 * rb, 16 * kk);
+        b_rows(bk, bgk_s, kTcLd, 16 * kk, 16 * cb);
+        mma_pair<T>(acc[0], acc[1], a, bk);
       }
-    }
-    float ekk_sum[2] = {0.0f, 0.0f}, z_sum[2] = {0.0f, 0.0f}, zc[2][2] = {};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
-        float f[2];
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const bool lower = j + x < i;
-          const float e = lower ? acc[nt][2 * half + x] : 0.0f;
-          const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // as in P1
-          const float ed = lower ? e * d_all : 0.0f;  // E ⊙ D
-          f[x] = beta[i] * ed;
-          ekk_sum[half] = fmaf(ed, kk_acc[nt][2 * half + x], ekk_sum[half]);
-          if (gated && lower) {  // Z_2 = (E ⊙ D) ⊙ β_i k_i·k_j
-            const float z = f[x] * kk_acc[nt][2 * half + x];
-            z_sum[half] += z;
-            zc[nt][x] += z;
-          }
-          if (e_out != nullptr) e_out[i * C + j + x] = e;
-        }
-        *reinterpret_cast<unsigned*>(f_s + i * kPitchC + j) = pack_pair<T>(f[0], f[1]);
-      }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float r = ekk_sum[half], z = z_sum[half];
-      r += __shfl_xor_sync(0xffffffffu, r, 1);
-      r += __shfl_xor_sync(0xffffffffu, r, 2);
-      z += __shfl_xor_sync(0xffffffffu, z, 1);
-      z += __shfl_xor_sync(0xffffffffu, z, 2);
-      if (t == 0) {
-        ekk[cb * C + 16 * rb + g + 8 * half] = r;
-        if (gated) z_row[cb * C + 16 * rb + g + 8 * half] += z;  // this lane wrote the Z_o part in P1 (same tile owner)
-      }
-    }
-    if (gated)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float c = zc[nt][x];
-          c += __shfl_xor_sync(0xffffffffu, c, 4);
-          c += __shfl_xor_sync(0xffffffffu, c, 8);
-          c += __shfl_xor_sync(0xffffffffu, c, 16);
-          if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] += c;
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<unsigned*>(dt_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
+              pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+    }
+    __syncthreads();
+    if (has_next) copy_after_dt(next);
+
+    // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
+    for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
+      const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+      float acc[2][4] = {};
+      for (int jj = rb; jj < kRowBlocks; ++jj) {
+        unsigned a[4], bd[4];
+        a_columns(a, t_s, kPitchC, 16 * rb, 16 * jj);
+        b_columns(bd, dt_s, kPitchC, 16 * jj, 16 * cb);
+        mma_pair<T>(acc[0], acc[1], a, bd);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<unsigned*>(x_s + (16 * rb + g + 8 * half) * kPitchC + 16 * cb + 8 * nt + 2 * t) =
+              pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+    }
+    __syncthreads();
+    float* e_out = b.wy_system_adjoint != nullptr ? b.wy_system_adjoint + (static_cast<std::size_t>(head) * N + chunk) * C * C : nullptr;
+    for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // E = strictly_lower(−X Tᵀ)
+      const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
+      float acc[2][4] = {}, kk_acc[2][4] = {};
+      if (cb <= rb) {
+        for (int ll = 0; ll <= cb; ++ll) {  // (Tᵀ)_lk = T_kl is zero for l > k
+          unsigned a[4], bt[4];
+          a_rows(a, x_s, kPitchC, 16 * rb, 16 * ll);
+          b_rows(bt, t_s, kPitchC, 16 * ll, 16 * cb);
+          negate(a);
+          mma_pair<T>(acc[0], acc[1], a, bt);
         }
-  }
-  __syncthreads();
+        for (int kk = 0; kk < dk_steps; ++kk) {
+          unsigned a[4], bk[4];
+          a_rows(a, k_s, kTcLd, 16 * rb, 16 * kk);
+          b_rows(bk, k_s, kTcLd, 16 * kk, 16 * cb);
+          mma_pair<T>(kk_acc[0], kk_acc[1], a, bk);
+        }
+      }
+      float ekk_sum[2] = {0.0f, 0.0f}, z_sum[2] = {0.0f, 0.0f}, zc[2][2] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * rb + g + 8 * half, j = 16 * cb + 8 * nt + 2 * t;
+          float f[2];
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            const bool lower = j + x < i;
+            const float e = lower ? acc[nt][2 * half + x] : 0.0f;
+            const float d_all = cb <= rb ? decay(i, j + x) : 0.0f;  // as in P1
+            const float ed = lower ? e * d_all : 0.0f;  // E ⊙ D
+            f[x] = beta[i] * ed;
+            ekk_sum[half] = fmaf(ed, kk_acc[nt][2 * half + x], ekk_sum[half]);
+            if (gated && lower) {  // Z_2 = (E ⊙ D) ⊙ β_i k_i·k_j
+              const float z = f[x] * kk_acc[nt][2 * half + x];
+              z_sum[half] += z;
+              zc[nt][x] += z;
+            }
+            if (e_out != nullptr) e_out[i * C + j + x] = e;
+          }
+          *reinterpret_cast<unsigned*>(f_s + i * kPitchC + j) = pack_pair<T>(f[0], f[1]);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float r = ekk_sum[half], z = z_sum[half];
+        r += __shfl_xor_sync(0xffffffffu, r, 1);
+        r += __shfl_xor_sync(0xffffffffu, r, 2);
+        z += __shfl_xor_sync(0xffffffffu, z, 1);
+        z += __shfl_xor_sync(0xffffffffu, z, 2);
+        if (t == 0) {
+          ekk[cb * C + 16 * rb + g + 8 * half] = r;
+          if (gated) z_row[cb * C + 16 * rb + g + 8 * half] += z;  // this lane wrote the Z_o part in P1 (same tile owner)
+        }
+      }
+      if (gated)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            float c = zc[nt][x];
+            c += __shfl_xor_sync(0xffffffffu, c, 4);
+            c += __shfl_xor_sync(0xffffffffu, c, 8);
+            c += __shfl_xor_sync(0xffffffffu, c, 16);
+            if (g == 0) z_col[rb * C + 16 * cb + 8 * nt + 2 * t + x] += c;
+          }
+    }
+    __syncthreads();
 
-  // ---- P5: Z_1 = Tᵀ dW, the rest of dk; dv; the dβ row sums.
-  {
-    float z1[kDTiles][4] = {};
-    for (int jj = row_block; jj < kRowBlocks; ++jj) {
-      unsigned a[4];
-      a_columns(a, t_s, kPitchC, i0, 16 * jj);
+    // ---- P5: Z_1 = Tᵀ dW, the rest of dk; dv; the dβ row sums.
+    {
+      float z1[kDTiles][4] = {};
+      for (int jj = row_block; jj < kRowBlocks; ++jj) {
+        unsigned a[4];
+        a_columns(a, t_s, kPitchC, i0, 16 * jj);
 #pragma unroll
-      for (int nt = 0; nt < kDTiles; nt += 2) {
-        unsigned bw[4];
-        b_columns(bw, dw_s, kTcLd, 16 * jj, col0 + 8 * nt);
-        mma_pair<T>(z1[nt], z1[nt + 1], a, bw);
+        for (int nt = 0; nt < kDTiles; nt += 2) {
+          unsigned bw[4];
+          b_columns(bw, dw_s, kTcLd, 16 * jj, col0 + 8 * nt);
+          mma_pair<T>(z1[nt], z1[nt + 1], a, bw);
+        }
+      }
+      row_dot(z1, k_s, z1k);
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int i = i0 + g + (x / 2) * 8;
+          vg[nt][x] = fmaf(beta[i] * gamma[i], z1[nt][x], vg[nt][x]);
+        }
+    }
+    for (int jj = 0; jj < kRowBlocks; ++jj) {  // F K (F strictly lower: j ≤ i blocks) and Fᵀ K (j ≥ i blocks)
+      unsigned bk[kDTiles / 2][4];
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; nt += 2) b_columns(bk[nt / 2], k_s, kTcLd, 16 * jj, col0 + 8 * nt);
+      if (jj <= row_block) {
+        unsigned a[4];
+        a_rows(a, f_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+        for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
+      }
+      if (jj >= row_block) {
+        unsigned a[4];
+        a_columns(a, f_s, kPitchC, i0, 16 * jj);
+#pragma unroll
+        for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
       }
     }
-    row_dot(z1, k_s, z1k);
+    store_rows(vg, p.dk, p.dk_strides, DK);
+    {
+      float tu[kDTiles][4] = {};  // Tᵀ dV̄ (dV̄ hi + lo)
+      for (int jj = row_block; jj < kRowBlocks; ++jj) {
+        unsigned a[4];
+        a_columns(a, t_s, kPitchC, i0, 16 * jj);
 #pragma unroll
-    for (int nt = 0; nt < kDTiles; ++nt)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int i = i0 + g + (x / 2) * 8;
-        vg[nt][x] = fmaf(beta[i] * gamma[i], z1[nt][x], vg[nt][x]);
+        for (int nt = 0; nt < kDTiles; nt += 2) {
+          unsigned bh[4], bl[4];
+          b_columns(bh, dvb_hi, kTcLd, 16 * jj, col0 + 8 * nt);
+          b_columns(bl, dvb_lo, kTcLd, 16 * jj, col0 + 8 * nt);
+          mma_pair<T>(tu[nt], tu[nt + 1], a, bh);
+          mma_pair<T>(tu[nt], tu[nt + 1], a, bl);
+        }
       }
-  }
-  for (int jj = 0; jj < kRowBlocks; ++jj) {  // F K (F strictly lower: j ≤ i blocks) and Fᵀ K (j ≥ i blocks)
-    unsigned bk[kDTiles / 2][4];
+      row_dot(tu, v_s, tuv);
 #pragma unroll
-    for (int nt = 0; nt < kDTiles; nt += 2) b_columns(bk[nt / 2], k_s, kTcLd, 16 * jj, col0 + 8 * nt);
-    if (jj <= row_block) {
-      unsigned a[4];
-      a_rows(a, f_s, kPitchC, i0, 16 * jj);
+      for (int nt = 0; nt < kDTiles; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
+        for (int x = 0; x < 4; ++x) tu[nt][x] *= beta[i0 + g + (x / 2) * 8];
+      store_rows(tu, p.dv, p.dv_strides, DV);
     }
-    if (jj >= row_block) {
-      unsigned a[4];
-      a_columns(a, f_s, kPitchC, i0, 16 * jj);
-#pragma unroll
-      for (int nt = 0; nt < kDTiles; nt += 2) mma_pair<T>(vg[nt], vg[nt + 1], a, bk[nt / 2]);
-    }
-  }
-  store_rows(vg, p.dk, p.dk_strides, DK);
-  {
-    float tu[kDTiles][4] = {};  // Tᵀ dV̄ (dV̄ hi + lo)
-    for (int jj = row_block; jj < kRowBlocks; ++jj) {
-      unsigned a[4];
-      a_columns(a, t_s, kPitchC, i0, 16 * jj);
-#pragma unroll
-      for (int nt = 0; nt < kDTiles; nt += 2) {
-        unsigned bh[4], bl[4];
-        b_columns(bh, dvb_hi, kTcLd, 16 * jj, col0 + 8 * nt);
-        b_columns(bl, dvb_lo, kTcLd, 16 * jj, col0 + 8 * nt);
-        mma_pair<T>(tu[nt], tu[nt + 1], a, bh);
-        mma_pair<T>(tu[nt], tu[nt + 1], a, bl);
-      }
-    }
-    row_dot(tu, v_s, tuv);
-#pragma unroll
-    for (int nt = 0; nt < kDTiles; ++nt)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) tu[nt][x] *= beta[i0 + g + (x / 2) * 8];
-    store_rows(tu, p.dv, p.dv_strides, DV);
-  }
-  __syncthreads();
+    __syncthreads();
+    if (has_next) copy_after_p5(next);
 
-  // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
-  if (tid < C) {
-    const int i = tid;
-    float s_rq = 0.0f, s_dl = 0.0f, s_z1k = 0.0f, s_tuv = 0.0f, s_ekk = 0.0f;
-    for (int q_part = 0; q_part < kParts; ++q_part) {
-      s_rq += rq[q_part * C + i], s_dl += dlam[q_part * C + i];
-      s_z1k += z1k[q_part * C + i], s_tuv += tuv[q_part * C + i];
+    // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
+    if (tid < C) {
+      const int i = tid;
+      float s_rq = 0.0f, s_dl = 0.0f, s_z1k = 0.0f, s_tuv = 0.0f, s_ekk = 0.0f;
+      for (int q_part = 0; q_part < kParts; ++q_part) {
+        s_rq += rq[q_part * C + i], s_dl += dlam[q_part * C + i];
+        s_z1k += z1k[q_part * C + i], s_tuv += tuv[q_part * C + i];
+      }
+      for (int cb = 0; cb < kRowBlocks; ++cb) s_ekk += ekk[cb * C + i];
+      if (i < n) chunk_rows_out(p.d_beta, p.d_beta_strides)[i * p.d_beta_strides.row] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
+      if (gated) {
+        float zr = 0.0f, zcs = 0.0f;
+        for (int cb = 0; cb < kRowBlocks; ++cb) zr += z_row[cb * C + i];
+        for (int rb = 0; rb < kRowBlocks; ++rb) zcs += z_col[rb * C + i];
+        const float d_gamma = s_rq + beta[i] * s_z1k;
+        dlam[i] = s_dl * lambda[i];  // reused: dλ_i λ_i (every reader of the partials is this thread)
+        gsum[i] = d_gamma * gamma[i] + zr - zcs - s_dl * lambda[i];  // gsum now holds dG (G_i is no longer read)
+      }
     }
-    for (int cb = 0; cb < kRowBlocks; ++cb) s_ekk += ekk[cb * C + i];
-    if (i < n) chunk_rows_out(p.d_beta, p.d_beta_strides)[i * p.d_beta_strides.row] = from_float<T>(s_tuv + gamma[i] * s_z1k + s_ekk);
-    if (gated) {
-      float zr = 0.0f, zcs = 0.0f;
-      for (int cb = 0; cb < kRowBlocks; ++cb) zr += z_row[cb * C + i];
-      for (int rb = 0; rb < kRowBlocks; ++rb) zcs += z_col[rb * C + i];
-      const float d_gamma = s_rq + beta[i] * s_z1k;
-      dlam[i] = s_dl * lambda[i];  // reused: dλ_i λ_i (every reader of the partials is this thread)
-      gsum[i] = d_gamma * gamma[i] + zr - zcs - s_dl * lambda[i];  // gsum now holds dG (G_i is no longer read)
+    __syncthreads();
+    if (gated && tid == 0) {
+      float total = 0.0f, gs_total = 0.0f;
+      for (int i = 0; i < n; ++i) total += dlam[i];
+      for (int w = 0; w < kWarps; ++w) gs_total += reduce[w];
+      gsum[n - 1] += total + gs_total * gamma[n - 1];
+      float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
+      float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;
+      for (int r = n - 1; r >= 0; --r) {
+        running += gsum[r];
+        dg[r * p.d_log_gate_strides.row] = running;
+        if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
+      }
     }
-  }
-  __syncthreads();
-  if (gated && tid == 0) {
-    float total = 0.0f, gs_total = 0.0f;
-    for (int i = 0; i < n; ++i) total += dlam[i];
-    for (int w = 0; w < kWarps; ++w) gs_total += reduce[w];
-    gsum[n - 1] += total + gs_total * gamma[n - 1];
-    float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
-    float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;
-    for (int r = n - 1; r >= 0; --r) {
-      running += gsum[r];
-      dg[r * p.d_log_gate_strides.row] = running;
-      if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
-    }
+    __syncthreads();  // the scalars and partials are read; the next chunk writes them
   }
 }
 

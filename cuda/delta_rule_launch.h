@@ -47,6 +47,9 @@ struct BackwardIntermediates {
   // The forward recomputed by the state scan (null: not written); with fp64 inputs an fp64 forward.
   void* output = nullptr;       // [B, H, L, DV] dtype: O = diag(γ) Q S_[c]ᵀ + P V̄
   void* final_state = nullptr;  // [B, H, DV, DK] acc: S_L
+  // The tensor-core path's stage 4 runs persistent blocks that take (chunk, head) items in turn; ≤ 0: as many as
+  // the device holds at once. The tests set a few, so that one block takes many items (the results must not move).
+  int chunk_gradient_blocks = 0;
 };
 struct BackwardStageParams : BackwardParams, BackwardIntermediates {};
 

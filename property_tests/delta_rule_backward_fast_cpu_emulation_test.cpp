@@ -84,7 +84,9 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
                     fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
                     bk::gradient_scan_registers_kernel<T, C>, p, b);
-  emulation::launch({dim3(N, heads), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes, order, seed + 3},
+  // Three resident blocks, so that a block takes several (chunk, head) items and copies the next one's in.
+  emulation::launch({dim3(bk::chunk_gradients_blocks(int(N * heads), 3)), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes,
+                     order, seed + 3},
                     bk::chunk_gradients_kernel<T, C>, p, b);
 }
 

@@ -663,6 +663,29 @@ TEST(DeltaRuleBackwardGpu, Deterministic) {
   }
 }
 
+// Stage 4's persistent blocks: one block taking every (chunk, head) item, or a few taking several each (the next
+// item's operands copied in while the current one computes), write the same bits as one block per item.
+TEST(DeltaRuleBackwardGpu, ChunkGradientsDoNotDependOnResidentBlocks) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("stage 4 with 1 or a few resident blocks vs one block per item", 10, [] {
+    const DeltaCase c = *gen_tensor_core_case(*rc::gen::arbitrary<bool>(), 300);
+    const int few = *rc::gen::inRange(1, 6);
+    const HostInputs in = make_inputs(c);
+    const Cotangents cot = make_cotangents(c, *rc::gen::arbitrary<bool>());
+    const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
+    RC_TAG(c.gated ? "gated" : "DeltaNet");
+    BackwardBuffers every = allocate_backward(c, false), shared = allocate_backward(c, false);
+    cuda::delta_rule::testing::backward(backward_params(c, dev, every));
+    cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, shared);
+    p.chunk_gradient_blocks = few;
+    cuda::delta_rule::testing::backward(p);
+    std::vector<std::pair<const DeviceTensor*, const DeviceTensor*>> pairs{
+        {&every.dq, &shared.dq}, {&every.dk, &shared.dk}, {&every.dv, &shared.dv}, {&every.d_beta, &shared.d_beta}};
+    if (c.gated) pairs.push_back({&every.d_log_gate, &shared.d_log_gate});
+    for (const auto& [x, y] : pairs) RC_ASSERT(bitwise_equal(*x, *y));
+  }));
+}
+
 // The public forward on the backward's device inputs, keeping what the backward would recompute in `saved`
 // when given.
 struct ForwardOutputs {
