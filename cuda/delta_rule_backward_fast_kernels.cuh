@@ -367,6 +367,9 @@ __host__ __device__ constexpr int chunk_gradients_stream(int chunk) { return chu
 // the products go in pairs.
 __host__ __device__ constexpr int chunk_gradients_warps(int chunk) { return chunk >= 32 ? 16 : 8; }
 __host__ __device__ constexpr int chunk_gradients_threads(int chunk) { return 32 * chunk_gradients_warps(chunk); }
+// Blocks per SM the registers must allow: two of 8 warps at C = 16 (≤ 128 registers a thread; its shared memory
+// allows more), one of 16 warps at C ≥ 32 (shared memory holds one at C = 64).
+__host__ __device__ constexpr int chunk_gradients_min_blocks(int chunk) { return chunk >= 32 ? 1 : 2; }
 // Blocks of the persistent chunk-gradient kernel: one per resident slot (`resident`, from the occupancy), at
 // most one per (chunk, head) item, at least one.
 inline int chunk_gradients_blocks(int items, int resident) { return resident < 1 ? 1 : (items < resident ? items : resident); }
@@ -422,7 +425,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 //       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
 // Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
 template <class T, int C>
-__global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
+__global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_min_blocks(C)) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
   constexpr int kThreads = chunk_gradients_threads(C), kWarps = kThreads / 32;
   constexpr int kRowBlocks = C / 16;
   constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
@@ -533,7 +536,6 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
     const int chunk = cur.chunk, head = cur.head, t0 = cur.t0, n = cur.n, bi = cur.bi, h = cur.h;
     const std::size_t token0 = cur.token0;
     const bool has_next = item + gridDim.x < items;
-    const ChunkItem next = item_at(has_next ? item + gridDim.x : item);
     const auto chunk_rows_out = [&](void* data, const Strides& s) {
       return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
     };
@@ -690,7 +692,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
       if (lane == 0) reduce[warp] = gs;
     }
     __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
-    if (has_next) copy_after_p2(next);
+    if (has_next) copy_after_p2(item_at(item + gridDim.x));  // formed where used: fewer live registers
 
     // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
     // t = 0..3 by butterfly; stored by key part.
@@ -803,7 +805,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
               pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
     }
     __syncthreads();
-    if (has_next) copy_after_dt(next);
+    if (has_next) copy_after_dt(item_at(item + gridDim.x));
 
     // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
@@ -954,7 +956,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), 1) chunk_gradients
       store_rows(tu, p.dv, p.dv_strides, DV);
     }
     __syncthreads();
-    if (has_next) copy_after_p5(next);
+    if (has_next) copy_after_p5(item_at(item + gridDim.x));
 
     // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
     if (tid < C) {
