@@ -431,6 +431,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
   constexpr int kPitchC = C + 8;
+  constexpr int kUnrollK = C >= 32 ? 4 : 2;  // k-loops of the C × C products (ptxas: no spill at these)
   constexpr int kStream = chunk_gradients_stream(C);
   constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -582,15 +583,20 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
       float acc[2][4] = {}, qk[2][4] = {};
       if (cb <= rb) {
+        float acc_lo[2][4] = {};  // V̄'s lo part in its own accumulators: two chains of MMAs, not one twice as long
+#pragma unroll kUnrollK
         for (int kk = 0; kk < dv_steps; ++kk) {
           unsigned a[4], bh[4], bl[4];
           a_rows(a, do_s, kTcLd, 16 * rb, 16 * kk);
           b_rows(bh, vb_hi, kTcLd, 16 * kk, 16 * cb);
           b_rows(bl, vb_lo, kTcLd, 16 * kk, 16 * cb);
           mma_pair<T>(acc[0], acc[1], a, bh);
-          mma_pair<T>(acc[0], acc[1], a, bl);
+          mma_pair<T>(acc_lo[0], acc_lo[1], a, bl);
         }
+#pragma unroll
+        for (int x = 0; x < 4; ++x) acc[0][x] += acc_lo[0][x], acc[1][x] += acc_lo[1][x];
         if (gated)
+#pragma unroll kUnrollK
           for (int kk = 0; kk < dk_steps; ++kk) {
             unsigned a[4], bk[4];
             a_rows(a, q_s, kTcLd, 16 * rb, 16 * kk);
@@ -782,21 +788,27 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     __syncthreads();
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
       const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
-      float acc[2][4] = {};
+      float acc[2][4] = {}, acc_lo[2][4] = {}, acc_w[2][4] = {};  // three independent chains of MMAs
+#pragma unroll kUnrollK
       for (int kk = 0; kk < dv_steps; ++kk) {
         unsigned ah[4], al[4], bv[4];
         a_rows(ah, dvb_hi, kTcLd, 16 * rb, 16 * kk);
         a_rows(al, dvb_lo, kTcLd, 16 * rb, 16 * kk);
         b_rows(bv, bv_s, kTcLd, 16 * kk, 16 * cb);
         mma_pair<T>(acc[0], acc[1], ah, bv);
-        mma_pair<T>(acc[0], acc[1], al, bv);
+        mma_pair<T>(acc_lo[0], acc_lo[1], al, bv);
       }
+#pragma unroll kUnrollK
       for (int kk = 0; kk < dk_steps; ++kk) {
         unsigned a[4], bk[4];
         a_rows(a, dw_s, kTcLd, 16 * rb, 16 * kk);
         b_rows(bk, bgk_s, kTcLd, 16 * kk, 16 * cb);
-        mma_pair<T>(acc[0], acc[1], a, bk);
+        mma_pair<T>(acc_w[0], acc_w[1], a, bk);
       }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) acc[nt][x] += acc_lo[nt][x] + acc_w[nt][x];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -837,6 +849,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
           negate(a);
           mma_pair<T>(acc[0], acc[1], a, bt);
         }
+#pragma unroll kUnrollK
         for (int kk = 0; kk < dk_steps; ++kk) {
           unsigned a[4], bk[4];
           a_rows(a, k_s, kTcLd, 16 * rb, 16 * kk);
