@@ -493,8 +493,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   //   (a) dO and V̄'s lo part: from P3 on (P1 and P2 read them last);
   //   (b) Q, then T in fp32 into stream buffer 1; (c) the first state tile into buffer 0: once dT is formed (P3
   //       reads Q last; βV and βγK, over the stream tiles, are dead);
-  //   (d) V̄'s hi part (dW's tile until P5) and, gated, K; (e) V, dV̄'s pair and, without gates, K: from P6 on.
-  // The top of a chunk waits for all but (e), which P2's first copy wait takes (P1 reads K only with gates).
+  //   (d) V̄'s hi part (dW's tile until P5) and K; (e) V and dV̄'s pair: from P6 on.
+  // The top of a chunk waits for all but (e), which P2's first copy wait takes.
   auto copy_after_p2 = [&](const ChunkItem& it) {
     load_rows(do_s, chunk_rows(it, p.d_output, p.d_output_strides), p.d_output_strides.row, it.n, C, DV);
     load_rows(vb_lo, packed(b.state_pass.v_lo, it.token0, DV), DV, it.n, C, DV);
@@ -510,9 +510,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   };
   auto copy_after_p5 = [&](const ChunkItem& it) {
     load_rows(vb_hi, packed(b.state_pass.v_hi, it.token0, DV), DV, it.n, C, DV);
-    if (gated) load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, C, DK);
+    load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, C, DK);
     copy_async_commit();
-    if (!gated) load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, C, DK);  // first read in P3
     load_rows(v_s, chunk_rows(it, p.v, p.v_strides), p.v_strides.row, it.n, C, DV);
     load_rows(dvb_hi, packed(b.d_v_new_hi, it.token0, DV), DV, it.n, C, DV);
     load_rows(dvb_lo, packed(b.d_v_new_lo, it.token0, DV), DV, it.n, C, DV);
@@ -992,32 +991,17 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       }
     }
     __syncthreads();
-    if (gated && warp == 0) {  // the last token's extra terms, then dg_j = Σ_{r ≥ j} dG_r: rows j and j + 32 a lane, fixed trees
-      const int j = lane, j2 = lane + 32;
-      float total = (j < n ? dlam[j] : 0.0f) + (j2 < n ? dlam[j2] : 0.0f), gs_total = lane < kWarps ? reduce[lane] : 0.0f;
-#pragma unroll
-      for (int m = 16; m >= 1; m /= 2) {
-        total += __shfl_xor_sync(0xffffffffu, total, m);
-        gs_total += __shfl_xor_sync(0xffffffffu, gs_total, m);
-      }
-      float d_lo = j < n ? gsum[j] : 0.0f, d_hi = j2 < n ? gsum[j2] : 0.0f;  // dG, zero past n
-      const float tail = total + gs_total * gamma[n - 1];
-      if (j == n - 1) d_lo += tail;
-      if (j2 == n - 1) d_hi += tail;
-      // Suffix sums within each half of the rows (a shuffle scan), then the upper half's total into the lower.
-      float s_lo = d_lo, s_hi = d_hi;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const float y_lo = __shfl_down_sync(0xffffffffu, s_lo, d), y_hi = __shfl_down_sync(0xffffffffu, s_hi, d);
-        if (lane + d < 32) s_lo += y_lo, s_hi += y_hi;
-      }
-      s_lo += __shfl_sync(0xffffffffu, s_hi, 0);
+    if (gated && tid == 0) {
+      float total = 0.0f, gs_total = 0.0f;
+      for (int i = 0; i < n; ++i) total += dlam[i];
+      for (int w = 0; w < kWarps; ++w) gs_total += reduce[w];
+      gsum[n - 1] += total + gs_total * gamma[n - 1];
+      float running = 0.0f;  // dg_j = Σ_{r ≥ j} dG_r
       float* dg = static_cast<float*>(p.d_log_gate) + p.d_log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.d_log_gate_strides.row;
-      if (j < n) dg[j * p.d_log_gate_strides.row] = s_lo;
-      if (j2 < n) dg[j2 * p.d_log_gate_strides.row] = s_hi;
-      if (b.gate_sum_gradients != nullptr) {
-        if (j < n) b.gate_sum_gradients[token0 + j] = d_lo;
-        if (j2 < n) b.gate_sum_gradients[token0 + j2] = d_hi;
+      for (int r = n - 1; r >= 0; --r) {
+        running += gsum[r];
+        dg[r * p.d_log_gate_strides.row] = running;
+        if (b.gate_sum_gradients != nullptr) b.gate_sum_gradients[token0 + r] = gsum[r];
       }
     }
     __syncthreads();  // the scalars and partials are read; the next chunk writes them
