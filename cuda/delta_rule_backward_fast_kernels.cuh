@@ -358,7 +358,8 @@ __device__ __forceinline__ void negate(unsigned (&a)[4]) {
 }
 
 // Value rows of S_[c] and G' per streamed tile, two tiles in flight: 32 (two k-steps per barrier) where the
-// tiles fit in the space βV and βγK take later (C = 64), else 16, which keeps C = 32 at two blocks per SM.
+// tiles fit in the space βV and βγK take later (C = 64), else 16, which keeps C = 32's shared memory small (its
+// 512 threads at ≈ 128 registers hold it to one block per SM all the same).
 __host__ __device__ constexpr int chunk_gradients_stream(int chunk) { return chunk >= 64 ? 32 : 16; }
 
 // Warps per chunk-gradient block: 16 where C ≥ 32, so that the one block an SM holds (its shared memory) brings
