@@ -73,7 +73,7 @@ struct Emulated {
 
 template <int C>
 void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::delta_rule::ForwardStageParams& f, const bk::FastBuffers& b,
-                 ThreadOrder order, std::uint64_t seed) {
+                 ThreadOrder order, std::uint64_t seed, int chunk_gradient_blocks) {
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
   const unsigned slices = unsigned((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice);
@@ -84,8 +84,7 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
                     fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
                     bk::gradient_scan_registers_kernel<T, C>, p, b);
-  // Three resident blocks, so that a block takes several (chunk, head) items and copies the next one's in.
-  emulation::launch({dim3(bk::chunk_gradients_blocks(int(N * heads), 3)), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes,
+  emulation::launch({dim3(bk::chunk_gradients_blocks(int(N * heads), chunk_gradient_blocks)), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes,
                      order, seed + 3},
                     bk::chunk_gradients_kernel<T, C>, p, b);
 }
@@ -94,8 +93,10 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
 // written is an error), the pairs (W, U, V̄, dV̄) as their hi + lo sums and S_[c], G_[c+1] from the scans'
 // fp32 copies, as the stage checks take them (the rounded S_[c] and G_[c+1] that stage 4 reads must be written
 // too).
+// Stage 4 runs `chunk_gradient_blocks` persistent blocks: three by default, so that a block takes several (chunk,
+// head) items and copies the next one's in.
 BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
-                                ThreadOrder order = ThreadOrder::shuffled, std::uint64_t seed = 1) {
+                                ThreadOrder order = ThreadOrder::shuffled, std::uint64_t seed = 1, int chunk_gradient_blocks = 3) {
   if (c.dtype != DType::bf16 || c.key_dim > 128 || c.value_dim > 128 || c.key_dim % 8 != 0 || c.value_dim % 8 != 0)
     throw std::invalid_argument("the tensor-core backward takes bf16, DK and DV <= 128 and multiples of 8");
   const DType d = c.dtype, f32 = DType::f32;
@@ -147,9 +148,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo, f.wy_system = fp(m.a), f.wy_inverse = b.wy_inverse;
   f.boundary_states = fp(m.boundary);
   switch (C) {
-    case 16: run_kernels<16>(p, f, b, order, seed); break;
-    case 32: run_kernels<32>(p, f, b, order, seed); break;
-    default: run_kernels<64>(p, f, b, order, seed); break;
+    case 16: run_kernels<16>(p, f, b, order, seed, chunk_gradient_blocks); break;
+    case 32: run_kernels<32>(p, f, b, order, seed, chunk_gradient_blocks); break;
+    default: run_kernels<64>(p, f, b, order, seed, chunk_gradient_blocks); break;
   }
   for (const Tensor* input : {&m.q, &m.k, &m.v, &m.beta, &m.log_gate, &m.initial_state, &m.d_output, &m.d_final_state})
     input->buffer.check_guards();
@@ -252,6 +253,23 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ResultsDoNotDependOnThreadOrder) {
                         {&ascending.d_beta, &other.d_beta}, {&ascending.d_log_gate, &other.d_log_gate},
                         {&ascending.d_initial_state, &other.d_initial_state}, {&ascending.state_gradients, &other.state_gradients}})
       EXPECT_TRUE(a->data == o->data) << describe(c);
+  }
+}
+
+// Stage 4's persistent blocks: one block taking all six (chunk, head) items, or four taking them unevenly, write
+// the same bits as one block per item (where nothing is copied in ahead).
+TEST(DeltaRuleBackwardFastCpuEmulation, ChunkGradientsDoNotDependOnResidentBlocks) {
+  DELTAPROOF_REQUIRE_X86_64();
+  DeltaCase c;
+  c.gated = true, c.heads = 2, c.length = 2 * 32 + 5, c.chunk = 32, c.key_dim = 24, c.value_dim = 72, c.with_initial_state = true, c.seed = 32;
+  const HostInputs in = make_inputs(c);
+  const Cotangents cot = make_cotangents(c);
+  const BackwardResult each = emulate_backward(c, in, cot, ThreadOrder::shuffled, 1, 6);
+  for (int blocks : {1, 4}) {
+    const BackwardResult shared = emulate_backward(c, in, cot, ThreadOrder::shuffled, 1, blocks);
+    for (auto [a, o] : {std::pair{&each.dq, &shared.dq}, {&each.dk, &shared.dk}, {&each.dv, &shared.dv},
+                        {&each.d_beta, &shared.d_beta}, {&each.d_log_gate, &shared.d_log_gate}})
+      EXPECT_TRUE(a->data == o->data) << describe(c) << ", " << blocks << " resident blocks";
   }
 }
 
