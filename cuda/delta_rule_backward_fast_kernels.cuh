@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
   constexpr int kDTiles = kTcKeys / 8 / kParts;      // n8 tiles of a warp's part of a C × D output
   constexpr int kPitchC = C + 8;
-  constexpr int kUnrollK = C >= 32 ? 4 : 2;  // k-loops of the C × C products (ptxas: no spill at these)
+  [[maybe_unused]] constexpr int kUnrollK = C >= 32 ? 4 : 2;  // k-loops of the C × C products (ptxas: no spill at these)
   constexpr int kStream = chunk_gradients_stream(C);
   constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -526,18 +526,19 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     it.token0 = static_cast<std::size_t>(it.head) * L + it.t0;  // packed intermediates
     return it;
   };
-  if (blockIdx.x < items) {
-    const ChunkItem first = item_at(blockIdx.x);
+  const int first_item = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  if (first_item < items) {
+    const ChunkItem first = item_at(first_item);
     copy_after_p2(first);
     copy_after_dt(first);
     copy_after_p5(first);
   }
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int item = first_item; item < items; item += stride) {
     const ChunkItem cur = item_at(item);
     const int chunk = cur.chunk, head = cur.head, t0 = cur.t0, n = cur.n, bi = cur.bi, h = cur.h;
     const std::size_t token0 = cur.token0;
-    const bool has_next = item + gridDim.x < items;
+    const bool has_next = item + stride < items;
     const auto chunk_rows_out = [&](void* data, const Strides& s) {
       return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
     };
@@ -699,7 +700,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       if (lane == 0) reduce[warp] = gs;
     }
     __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
-    if (has_next) copy_after_p2(item_at(item + gridDim.x));  // formed where used: fewer live registers
+    if (has_next) copy_after_p2(item_at(item + stride));  // formed where used: fewer live registers
 
     // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
     // t = 0..3 by butterfly; stored by key part.
@@ -818,7 +819,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
               pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
     }
     __syncthreads();
-    if (has_next) copy_after_dt(item_at(item + gridDim.x));
+    if (has_next) copy_after_dt(item_at(item + stride));
 
     // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
@@ -970,7 +971,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       store_rows(tu, p.dv, p.dv_strides, DV);
     }
     __syncthreads();
-    if (has_next) copy_after_p5(item_at(item + gridDim.x));
+    if (has_next) copy_after_p5(item_at(item + stride));
 
     // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
     if (tid < C) {
