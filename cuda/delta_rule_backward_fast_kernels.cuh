@@ -435,6 +435,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   [[maybe_unused]] constexpr int kUnrollK = C >= 32 ? 4 : 2;  // k-loops of the C × C products (ptxas: no spill at these)
   constexpr int kStream = chunk_gradients_stream(C);
   constexpr ChunkGradientsLayout lay = chunk_gradients_layout(C);
+  static_assert(4 * C * C <= 2 * kStream * kTcLd * sizeof(T), "T's fp32 copy must fit in stream buffer 1 (copy_after_dt)");
   extern __shared__ __align__(128) unsigned char smem[];
   auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(smem + offset); };
   T *q_s = at(lay.queries), *k_s = at(lay.keys), *v_s = at(lay.values), *do_s = at(lay.d_out);
