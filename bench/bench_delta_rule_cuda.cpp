@@ -147,7 +147,7 @@ double backward_flops(int C) {
   return double(kBatch) * kHeads * kLength * (28.0 * C * kDim + 16.0 * kDim * kDim + 4.0 * C * C);
 }
 
-// A training step is forward_and_backward: the forward keeps what the backward's first kernel computes
+// A training step is forward_and_backward: the forward keeps what the backward's first two kernels compute
 // (ForwardParams::saved), the backward reads it; training_forward and from_saved are its two halves.
 // forward_and_recomputing_backward is the inference forward followed by the backward that recomputes.
 enum class BackwardStage {

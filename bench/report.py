@@ -267,7 +267,7 @@ GPU_FAMILIES = {
     "BM_DeltaRuleBackward": lambda a: (_delta_op(a), "backward", ""),
     "BM_DeltaRuleForwardBackward": lambda a: (_delta_op(a), "forward+backward", ""),
     # A training step's two halves, and the inference forward with the backward that recomputes T, W and U.
-    "BM_DeltaRuleTrainingForward": lambda a: (_delta_op(a), "forward", "training forward (keeps T, W, U)"),
+    "BM_DeltaRuleTrainingForward": lambda a: (_delta_op(a), "forward", "training forward (keeps T, W, U, S, V̄)"),
     "BM_DeltaRuleBackwardFromSaved": lambda a: (_delta_op(a), "backward", "backward from the kept T, W, U"),
     "BM_DeltaRuleForwardBackwardRecomputing": lambda a: (_delta_op(a), "forward+backward", "backward recomputing T, W, U"),
 }

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,11 @@ bool register_scan(const ForwardStageParams& p) {
          aligned_to(p.q, 16) && strides_multiple_of(p.q_strides, B, H, L, 8) && aligned_to(p.k, 16) &&
          strides_multiple_of(p.k_strides, B, H, L, 8) && aligned_to(p.w, 16) && aligned_to(p.u, 16) &&
          aligned_to(p.output, 4) && strides_multiple_of(p.output_strides, B, H, L, 2);
+}
+
+// k's rows taken 16 bytes at a time (cp.async): what the state pass needs of the user's tensors.
+bool keys_copyable(const ForwardStageParams& p) {
+  return aligned_to(p.k, 16) && strides_multiple_of(p.k_strides, p.batch, p.heads, p.length, 8);
 }
 
 // W and U (and, for the register scan, its scores) from the workspace where the caller left them null, in
@@ -116,8 +122,10 @@ void validate_stages(const ForwardStageParams& p) {
     saved = saved_bytes(p);
     require_argument(saved != 0, "saved", "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
     for (auto [pointer, name] : {std::pair<const void*, const char*>{p.w, "w"}, {p.u, "u"}, {p.w_lo, "w_lo"}, {p.u_lo, "u_lo"},
-                                 {p.wy_inverse, "wy_inverse"}})
+                                 {p.wy_inverse, "wy_inverse"}, {p.v_new, "v_new"}})
       require_argument(pointer == nullptr, name, "must be null with saved (which holds it)");
+    require_argument(p.boundary_states == nullptr, "boundary_states",
+                     "must be null with saved (the state pass keeps S_[c] there; the tensor-core backward's stages expose it)");
   }
   std::size_t bytes = 0;
   resolve(p, &bytes);
@@ -207,6 +215,30 @@ void scan_typed(const ForwardStageParams& p, cudaStream_t stream) {
   }
 }
 
+// The training forward's second half (ForwardParams::saved; bf16, the tensor-core backward's sizes): the
+// backward's state pass writes S_[c] rounded once and V̄ as a pair into the saved buffer (and the final state),
+// and the output is formed from those by chunk_output_kernel, every chunk at once. Inputs off the register
+// scan's alignment take the scan for the output after the state pass; a k off cp.async's alignment leaves the
+// state pass out (the backward then takes its fp32 kernels, which do not read the buffer).
+template <class T, int C>
+void training_scan(const ForwardStageParams& p, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const std::string suffix = "<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">";
+    const SavedTensors s = saved_tensors(p.saved, p.batch, p.heads, p.length, p.key_dim, p.value_dim, C, nullptr);
+    const StatePassOutputs pairs{s.s, s.v_hi, s.v_lo};
+    const int heads = p.batch * p.heads, N = chunk_count(p.length, C);
+    if (keys_copyable(p))
+      launch(chunk_scan_registers_kernel<T, C, true>, dim3((p.value_dim + kTcSlice - 1) / kTcSlice, heads), kTcScanThreads,
+             tc_scan_layout(C).bytes, stream, "chunk_scan_registers_kernel<StatePass>" + suffix, p, pairs);
+    if (register_scan(p)) {
+      launch(chunk_output_kernel<T, C>, dim3(N, heads), chunk_output_threads(C), chunk_output_layout(C).bytes, stream,
+             "chunk_output_kernel" + suffix, p, pairs);
+      return;
+    }
+  }
+  scan_typed<T, C>(p, stream);
+}
+
 template <template <class, int> class Op>
 void dispatch(const ForwardStageParams& p, cudaStream_t stream) {
   auto by_chunk = [&](auto type_tag) {
@@ -231,6 +263,10 @@ struct PrepareOp {
 template <class T, int C>
 struct ScanOp {
   static void run(const ForwardStageParams& p, cudaStream_t stream) { scan_typed<T, C>(p, stream); }
+};
+template <class T, int C>
+struct TrainingScanOp {
+  static void run(const ForwardStageParams& p, cudaStream_t stream) { training_scan<T, C>(p, stream); }
 };
 
 // The row-group decode of cuda/decode_kernels.cuh (decode_kernel above it is the previous version,
@@ -315,7 +351,8 @@ void forward(const ForwardStageParams& p, cudaStream_t stream) {
   validate_stages(p);
   const ForwardStageParams r = resolve(p, nullptr);
   dispatch<PrepareOp>(r, stream);
-  dispatch<ScanOp>(r, stream);
+  if (r.saved != nullptr) dispatch<TrainingScanOp>(r, stream);
+  else dispatch<ScanOp>(r, stream);
 }
 
 }  // namespace testing

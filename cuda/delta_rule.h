@@ -21,9 +21,11 @@
 // address ranges the strides imply and names both tensors); the one exception is decode's state
 // updated in place, initial_state == final_state with equal strides. The workspace (forward: W and U;
 // backward: its intermediates) is workspace_bytes(p) bytes of device memory, 256-byte aligned.
-// Training: a forward given `saved` keeps there what the backward's first kernel computes (its output
-// unchanged, bit for bit); a backward given that buffer skips the kernel and computes the same bits. The
-// workspace sizes do not depend on saved.
+// Training: a forward given `saved` keeps there what the backward's first two kernels compute (T, W, U, S_[c]
+// and V̄: it runs the backward's state pass and forms its output from S_[c] and V̄, below); a backward given
+// that buffer skips those kernels and computes the same bits. The training forward's output is held to its own
+// bound (S_[c] rounded once, V̄ as a pair), not to the inference forward's bits. The workspace sizes do not
+// depend on saved.
 //
 // Inputs are computed with, not refused (no check reads them), as the oracle takes any real β and g
 // (bad_inputs_gpu_test.cpp states each case below as a test):
@@ -53,6 +55,9 @@
 //      are 16-byte aligned with every stride a multiple of 8 elements and the output is 4-byte aligned
 //      with even strides. Every other input takes the one fallback, the state in shared memory
 //      (delta_rule_forward_kernels.cuh); its results differ from the register scan's within the bounds.
+//   2′. A training forward (saved; bf16 inputs the register scan takes) runs instead the tensor-core backward's
+//      state pass (W, U, S and V̄ to ≈ 16 bits; S_[c] rounded once and V̄'s pair kept in saved) and then
+//      chunk_output_kernel, one block per chunk: O = diag(γ) Q Ŝ_[c]ᵀ + P (V̄_hi + V̄_lo).
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
 //
@@ -102,7 +107,7 @@ struct ForwardParams {
   Strides initial_state_strides, final_state_strides;
   void* workspace = nullptr;  // workspace_bytes(p) bytes: W and U between the two kernels
   // Training: saved_bytes(p) bytes (256-byte aligned) where the forward also keeps what the backward would
-  // recompute (its first kernel's T = A⁻¹, W and U), for BackwardParams::saved; null: nothing kept.
+  // recompute (its first two kernels' T = A⁻¹, W, U, S_[c] and V̄), for BackwardParams::saved; null: nothing kept.
   void* saved = nullptr;
 };
 
@@ -127,8 +132,8 @@ struct BackwardParams {
   void* d_initial_state = nullptr;      // [B, H, DV, DK] accumulation type: dS_0; null: not written
   Strides initial_state_strides, d_final_state_strides, d_initial_state_strides;
   void* workspace = nullptr;  // workspace_bytes(p) bytes (the intermediates between the kernels)
-  // A training forward's ForwardParams::saved on these same q, k, β, g, v and C: the tensor-core backward then
-  // skips its first kernel (what it reads is bit for bit what that kernel writes). Not checked against the
+  // A training forward's ForwardParams::saved on these same q, k, β, g, v, S_0 and C: the tensor-core backward then
+  // skips its first two kernels (what it reads is bit for bit what they write). Not checked against the
   // inputs: a stale buffer gives wrong gradients. The fp32 FMA kernels (inputs off the tensor-core path) do
   // not read it. null: recomputed.
   const void* saved = nullptr;
@@ -158,8 +163,9 @@ void set_contiguous_strides(DecodeParams& p);
 std::size_t workspace_bytes(const ForwardParams& p);
 std::size_t workspace_bytes(const BackwardParams& p);
 
-// Bytes of ForwardParams::saved: T in fp32, W and U as bf16 hi + lo pairs (bf16 with DK, DV <= 128 and
-// multiples of 8, the tensor-core backward's sizes); 0 for every other input, where saved must be null.
+// Bytes of ForwardParams::saved: T in fp32, W and U as bf16 hi + lo pairs, S_[c] in bf16, V̄ as a bf16 pair
+// (bf16 with DK, DV <= 128 and multiples of 8, the tensor-core backward's sizes); 0 for every other input, where
+// saved must be null.
 std::size_t saved_bytes(const ForwardParams& p);
 
 // Validation alone (what the launchers call first); throws std::invalid_argument.

@@ -119,15 +119,16 @@ void validate_for(const BackwardStageParams& p, Run run) {
     require_argument(p.log_gate == nullptr || p.d_log_gate != nullptr, "d_log_gate", "must be given with log_gate (Gated DeltaNet)");
     require_argument(p.log_gate != nullptr || p.d_log_gate == nullptr, "d_log_gate", "must be null without log_gate (DeltaNet)");
   }
-  // A training forward's buffer: for the sizes it exists for, with no stage-1 intermediate asked for (the
-  // first kernel does not run); read where the tensor-core path runs (alignment decides), else ignored.
+  // A training forward's buffer: for the sizes it exists for, with no intermediate of stages 1 and 2 asked for
+  // (those kernels do not run); read where the tensor-core path runs (alignment decides), else ignored.
   std::size_t saved = 0;
   if (run == Run::backward && p.saved != nullptr) {
     saved = saved_tensor_bytes(p.dtype, p.batch, p.heads, p.length, p.key_dim, p.value_dim, p.chunk_size);
     require_argument(saved != 0, "saved", "must be null: a training forward keeps nothing for these inputs (saved_bytes is 0)");
     for (auto [pointer, name] : {std::pair<const void*, const char*>{p.wy_inverse, "wy_inverse"}, {p.w, "w"}, {p.u, "u"},
-                                 {p.wy_system, "wy_system"}})
-      require_argument(pointer == nullptr, name, "must be null with saved (the first kernel, which writes it, does not run)");
+                                 {p.wy_system, "wy_system"}, {p.v_new, "v_new"}, {p.boundary_states, "boundary_states"},
+                                 {p.final_state, "final_state"}})
+      require_argument(pointer == nullptr, name, "must be null with saved (the kernels that write it do not run)");
   }
   const bool fast = run == Run::backward && tensor_core_backward_applies(p);
   if (fast) {  // what the tensor-core path never materialises

@@ -5,7 +5,7 @@
 //      pair that W, U, S and the update's V̄ also enter the tensor cores as, and S_[c] rounded once;
 //   3. gradient_scan_registers_kernel: dV̄ (as a pair) and G_[c+1] = dL/dS_[c+1] (rounded once), chunks in reverse;
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg, persistent blocks taking the chunks in turn.
-// A training forward's saved buffer (cuda/delta_rule.h) replaces launch 1. Every other input takes
+// A training forward's saved buffer (cuda/delta_rule.h) replaces launches 1 and 2. Every other input takes
 // delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: cuda/NOTES_delta.md ("Backward v2").
 #include "cuda/delta_rule_backward_fast.h"
@@ -37,8 +37,8 @@ bool pair_rows(const void* data, const Strides& s, const BackwardParams& p) {
 }
 
 // The intermediates, carved out of the workspace in a fixed order: T (fp32) in the caller's buffer when given;
-// W, U and what stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace; T, W and U from a training
-// forward's saved buffer when given (their workspace space then unused). Where the caller gives the fp32
+// W, U and what stage 4 reads (S_[c], V̄, dV̄, G_[c+1]) always in the workspace; T, W, U, S_[c] and V̄ from a
+// training forward's saved buffer when given (their workspace space then unused). Where the caller gives the fp32
 // intermediates (the stage checks), the pairs are copied out as hi + lo (exactly), and the scans write S_[c]
 // and G_[c+1] in fp32 from their registers.
 FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
@@ -53,10 +53,11 @@ FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
   b.state_pass.v_hi = sixteen_bit(L * DV), b.state_pass.v_lo = sixteen_bit(L * DV);
   b.d_v_new_hi = sixteen_bit(L * DV), b.d_v_new_lo = sixteen_bit(L * DV);
   b.state_gradients = sixteen_bit(N * DV * DK);
-  if (p.saved != nullptr) {  // a training forward's: read only (stage 1 does not run), so the const goes
+  if (p.saved != nullptr) {  // a training forward's: read only (stages 1 and 2 do not run), so the const goes
     const SavedTensors s = saved_tensors(const_cast<void*>(p.saved), p.batch, p.heads, p.length, p.key_dim, p.value_dim,
                                          p.chunk_size, nullptr);
     b.wy_inverse = s.wy_inverse, b.w = s.w, b.w_lo = s.w_lo, b.u = s.u, b.u_lo = s.u_lo;
+    b.state_pass = {s.s, s.v_hi, s.v_lo};
   }
   b.gate_sums = static_cast<float*>(p.gate_sums);
   b.d_w = static_cast<float*>(p.d_w);
@@ -121,7 +122,7 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, stream);
     expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, stream);
   }
-  if (runs(TensorCoreStage::state_pass)) {
+  if (runs(TensorCoreStage::state_pass) && p.saved == nullptr) {
     launch(chunk_scan_registers_kernel<T, C, true>, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream,
            "chunk_scan_registers_kernel<StatePass>" + suffix, f, b.state_pass);
     expose_pairs(b.state_pass.v_hi, b.state_pass.v_lo, p.v_new, tokens * p.value_dim, stream);
@@ -161,6 +162,8 @@ SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int ke
   s.wy_inverse = static_cast<float*>(carver.take(nullptr, rows * N * C * C * 4));
   s.w = carver.take(nullptr, rows * L * key_dim * 2), s.w_lo = carver.take(nullptr, rows * L * key_dim * 2);
   s.u = carver.take(nullptr, rows * L * value_dim * 2), s.u_lo = carver.take(nullptr, rows * L * value_dim * 2);
+  s.s = carver.take(nullptr, rows * N * value_dim * key_dim * 2);
+  s.v_hi = carver.take(nullptr, rows * L * value_dim * 2), s.v_lo = carver.take(nullptr, rows * L * value_dim * 2);
   if (bytes != nullptr) *bytes = carver.bytes();
   return s;
 }

@@ -16,12 +16,15 @@ bool tensor_core_backward_applies(const BackwardParams& p);
 // Its conditions on the sizes alone: the inputs for which a training forward keeps anything (saved_bytes > 0).
 bool tensor_core_backward_shape(DType dtype, int key_dim, int value_dim);
 
-// What a training forward keeps for it (ForwardParams::saved, BackwardParams::saved): exactly what its first
-// kernel would write, carved in this fixed order at 256-byte boundaries.
+// What a training forward keeps for it (ForwardParams::saved, BackwardParams::saved): exactly what its first two
+// kernels would write (the training forward runs them: its output is formed from S_[c] and V̄), carved in this
+// fixed order at 256-byte boundaries.
 struct SavedTensors {
   float* wy_inverse;  // [B, H, N, C, C] fp32 T = A⁻¹
   void *w, *w_lo;     // [B, H, L, DK] bf16: W rounded and its residual
   void *u, *u_lo;     // [B, H, L, DV] bf16
+  void* s;            // [B, H, N, DV, DK] bf16: S_[c] rounded once
+  void *v_hi, *v_lo;  // [B, H, L, DV] bf16: V̄ = v_hi + v_lo
 };
 // Carved out of `saved` (null: sizing only); *bytes, when not null, receives the size.
 SavedTensors saved_tensors(void* saved, int batch, int heads, int length, int key_dim, int value_dim, int chunk,
@@ -34,7 +37,7 @@ std::size_t saved_tensor_bytes(DType dtype, int batch, int heads, int length, in
 std::size_t tensor_core_backward_workspace_bytes(const BackwardStageParams& p);
 
 // Its four kernels, from `first` to `last` (arguments already validated); each reads what the earlier ones
-// wrote into the same workspace. With p.saved the first does not run: T, W and U are read from there.
+// wrote into the same workspace. With p.saved the first two do not run: T, W, U, S_[c] and V̄ are read from there.
 enum class TensorCoreStage { prepare, state_pass, gradient_scan, chunk_gradients };
 void tensor_core_backward(const BackwardStageParams& p, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream);
 

@@ -740,6 +740,128 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     }
 }
 
+// The training forward's output (ForwardParams::saved, cuda/delta_rule.cu). The state pass above has written
+// S_[c] rounded once and V̄ as its hi + lo pair; from those every chunk's output is independent of the others:
+//   O = diag(γ) Q Ŝ_[c]ᵀ + P (V̄_hi + V̄_lo),  P = the prepare's scores (rounded once), γ_i = 2^(G_i · log2 e)
+// as the register scan forms it. One block per (chunk, head) over every value column (DV ≤ 128): warp (row
+// block rb, column group cg) owns rows 16 rb.. and value columns 32 cg..; one copy wait, one barrier.
+struct ChunkOutputLayout {
+  std::size_t queries, states, v_hi, v_lo, scores, gates, bytes;
+};
+__host__ __device__ constexpr int chunk_output_threads(int chunk) { return 32 * (chunk / 16) * (kTcKeys / 32); }
+__host__ __device__ constexpr ChunkOutputLayout chunk_output_layout(int chunk) {
+  ChunkOutputLayout l{};
+  const std::size_t rows = static_cast<std::size_t>(chunk) * kTcLd * 2;
+  l.queries = 0;
+  l.states = l.queries + rows;                             // [DV ≤ 128][kTcLd] value rows × key
+  l.v_hi = l.states + static_cast<std::size_t>(kTcKeys) * kTcLd * 2;  // [C][kTcLd] token rows × value
+  l.v_lo = l.v_hi + rows;
+  l.scores = l.v_lo + rows;
+  l.gates = l.scores + static_cast<std::size_t>(chunk) * tc_scores_pitch(chunk) * 2;
+  l.bytes = l.gates + chunk * 4;
+  return l;
+}
+template <class T, int C>
+__global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(ForwardStageParams p, StatePassOutputs pairs) {
+  constexpr int kThreads = chunk_output_threads(C), kOutTiles = 4;  // 32 value columns a warp
+  constexpr int kScoresPitch = tc_scores_pitch(C);
+  constexpr ChunkOutputLayout lay = chunk_output_layout(C);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem + lay.queries);
+  T* s_s = reinterpret_cast<T*>(smem + lay.states);
+  T* vh_s = reinterpret_cast<T*>(smem + lay.v_hi);
+  T* vl_s = reinterpret_cast<T*>(smem + lay.v_lo);
+  T* scores_s = reinterpret_cast<T*>(smem + lay.scores);
+  float* gates = reinterpret_cast<float*>(smem + lay.gates);  // G_i · log2 e
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int chunk = blockIdx.x, head = blockIdx.y;
+  const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
+  const int t0 = chunk * C, size = min(C, L - t0);
+  const int b = head / p.heads, h = head % p.heads;
+  const bool gated = p.log_gate != nullptr;
+  const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates (V̄)
+
+  // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
+  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
+    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
+      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
+      const bool valid = r < rows && c < width;
+      copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
+    }
+  };
+  load_rows(q_s, static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h) + std::int64_t(t0) * p.q_strides.row, p.q_strides.row,
+            size, C, DK);
+  const std::size_t state0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first value row
+  load_rows(s_s, static_cast<const T*>(pairs.s) + state0 * DK, DK, DV, kTcKeys, DK);
+  load_rows(vh_s, static_cast<const T*>(pairs.v_hi) + token0 * DV, DV, size, C, DV);
+  load_rows(vl_s, static_cast<const T*>(pairs.v_lo) + token0 * DV, DV, size, C, DV);
+  {  // P: the 16 × 16 tiles on and below the diagonal (the only ones the prepare writes and this kernel reads)
+    const T* src = static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C;
+    for (int e = tid; e < C * (C / 8); e += kThreads) {
+      const int r = e / (C / 8), c = (e % (C / 8)) * 8;
+      if (c / 16 <= r / 16) copy_async_16(scores_s + r * kScoresPitch + c, src + r * C + c, true);
+    }
+  }
+  copy_async_commit();
+  if (gated && warp == 0) {  // G_i by the scan's shuffle tree, kept as G_i · log2 e
+    const float* gate = p.log_gate + p.log_gate_strides.head_offset(b, h) + std::int64_t(t0) * p.log_gate_strides.row;
+    float lo = lane < size ? gate[lane * p.log_gate_strides.row] : 0.0f;
+    float hi = lane + 32 < size ? gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
+    chunk_prefix_sums(lo, hi, lane);
+    if (lane < C) gates[lane] = lo * kLog2e;
+    if (lane + 32 < C) gates[lane + 32] = hi * kLog2e;
+  }
+  copy_async_wait_all();
+  __syncthreads();
+
+  const int row_block = warp % (C / 16), col0 = 32 * (warp / (C / 16)), i0 = 16 * row_block;
+  if (col0 >= DV || i0 >= size) return;  // no barrier follows
+  float O[kOutTiles][4] = {};
+  for (int kk = 0; kk < (DK + 15) / 16; ++kk) {  // Q Ŝᵀ
+    unsigned a[4];
+    ldmatrix_x4(a, q_s + (i0 + lane % 16) * kTcLd + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {  // Ŝ stored [value][key]: plain ldmatrix gives the col-major B
+      unsigned bs[4];
+      ldmatrix_x4(bs, s_s + (col0 + 8 * n + (lane & 7) + ((lane >> 4) << 3)) * kTcLd + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma_16816<T>(O[n], a, bs[0], bs[1]);
+      mma_16816<T>(O[n + 1], a, bs[2], bs[3]);
+    }
+  }
+  if (gated)  // diag(γ) Q Ŝᵀ
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float decay = exp2_ftz(gates[i0 + g + 8 * half]);
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) O[n][2 * half] *= decay, O[n][2 * half + 1] *= decay;
+    }
+  for (int jj = 0; jj <= row_block; ++jj) {  // + P V̄_hi + P V̄_lo
+    unsigned a[4];
+    ldmatrix_x4(a, scores_s + (i0 + lane % 16) * kScoresPitch + jj * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int n = 0; n < kOutTiles; n += 2) {  // V̄ stored [token][value]: transposed ldmatrix gives the col-major B
+      const int at = (jj * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kTcLd + col0 + 8 * n + (lane >> 4) * 8;
+      unsigned bh[4], bl[4];
+      ldmatrix_x4_trans(bh, vh_s + at);
+      ldmatrix_x4_trans(bl, vl_s + at);
+      mma_16816<T>(O[n], a, bh[0], bh[1]);
+      mma_16816<T>(O[n + 1], a, bh[2], bh[3]);
+      mma_16816<T>(O[n], a, bl[0], bl[1]);
+      mma_16816<T>(O[n + 1], a, bl[2], bl[3]);
+    }
+  }
+  T* out = static_cast<T*>(p.output) + p.output_strides.head_offset(b, h);
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = i0 + g + 8 * half, c = col0 + 8 * n + 2 * t;
+      if (r < size && c < DV)
+        *reinterpret_cast<unsigned*>(out + (t0 + r) * p.output_strides.row + c) = pack_pair<T>(O[n][2 * half], O[n][2 * half + 1]);
+    }
+}
+
 }  // namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS
 
 // Stage 1: wy_prepare_async_kernel (its own header; it uses the helpers above).

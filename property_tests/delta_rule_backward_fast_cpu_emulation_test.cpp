@@ -69,6 +69,7 @@ struct Emulated {
   Tensor q, k, v, beta, log_gate, initial_state, d_output, d_final_state;
   Tensor dq, dk, dv, d_beta, d_log_gate, d_initial_state;
   Tensor a, t, w, w_lo, u, u_lo, s, v_hi, v_lo, dv_hi, dv_lo, g, boundary, state_gradients, gate_sums, d_w, e, d_gate_sums;
+  Tensor scores, output, final_state;  // the training forward's: the prepare's P, O from S_[c] and V̄, S_L
 };
 
 template <int C>
@@ -82,6 +83,8 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
                     fk::wy_prepare_async_kernel<T, C>, f);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed + 1},
                     fk::chunk_scan_registers_kernel<T, C, true>, f, b.state_pass);
+  emulation::launch({dim3(N, heads), dim3(fk::chunk_output_threads(C)), fk::chunk_output_layout(C).bytes, order, seed + 4},
+                    fk::chunk_output_kernel<T, C>, f, b.state_pass);
   emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
                     bk::gradient_scan_registers_kernel<T, C>, p, b);
   emulation::launch({dim3(bk::chunk_gradients_blocks(int(N * heads), chunk_gradient_blocks)), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes,
@@ -92,7 +95,8 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
 // The tensor-core backward on the emulated machine; every intermediate read back exactly (an entry never
 // written is an error), the pairs (W, U, V̄, dV̄) as their hi + lo sums and S_[c], G_[c+1] from the scans'
 // fp32 copies, as the stage checks take them (the rounded S_[c] and G_[c+1] that stage 4 reads must be written
-// too).
+// too). The training forward runs the same first two kernels (its prepare also forms P) and then its output
+// kernel, whose O comes back as the result's output.
 // Stage 4 runs `chunk_gradient_blocks` persistent blocks: three by default, so that a block takes several (chunk,
 // head) items and copies the next one's in.
 BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
@@ -121,6 +125,8 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   m.gate_sums = Tensor("gate_sums", f32, B, H, L, 1), m.d_w = Tensor("d_w", f32, B, H, L, DK);
   m.e = Tensor("wy_system_adjoint", f32, B, H, N * C, C);
   if (c.gated) m.d_gate_sums = Tensor("gate_sum_gradients", f32, B, H, L, 1);
+  m.scores = Tensor("scores", d, B, H, N * C, C), m.output = Tensor("output", d, B, H, L, DV);
+  m.final_state = Tensor("final_state", f32, B, H, DV, DK);
 
   cuda::delta_rule::BackwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV);
@@ -147,6 +153,7 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   f.log_gate = static_cast<const float*>(p.log_gate), f.initial_state = static_cast<const float*>(p.initial_state);
   f.w = b.w, f.u = b.u, f.w_lo = b.w_lo, f.u_lo = b.u_lo, f.wy_system = fp(m.a), f.wy_inverse = b.wy_inverse;
   f.boundary_states = fp(m.boundary);
+  f.scores = m.scores.data(), f.output = m.output.data(), f.final_state = fp(m.final_state);
   switch (C) {
     case 16: run_kernels<16>(p, f, b, order, seed, chunk_gradient_blocks); break;
     case 32: run_kernels<32>(p, f, b, order, seed, chunk_gradient_blocks); break;
@@ -166,7 +173,8 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
     return x;
   };
   r.w = sum(m.w, m.w_lo), r.u = sum(m.u, m.u_lo), r.v_new = sum(m.v_hi, m.v_lo), r.d_v_new = sum(m.dv_hi, m.dv_lo);
-  r.boundary = read(m.boundary), r.state_gradients = read(m.state_gradients);
+  r.boundary = read(m.boundary), r.state_gradients = read(m.state_gradients), r.output = read(m.output);
+  r.final_state = read(m.final_state);
   for (const Tensor* rounded : {&m.s, &m.g}) read(*rounded);  // throws on an entry never written
   return r;
 }
@@ -251,7 +259,8 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ResultsDoNotDependOnThreadOrder) {
     const BackwardResult other = emulate_backward(c, in, cot, order, std::uint64_t(seed));
     for (auto [a, o] : {std::pair{&ascending.dq, &other.dq}, {&ascending.dk, &other.dk}, {&ascending.dv, &other.dv},
                         {&ascending.d_beta, &other.d_beta}, {&ascending.d_log_gate, &other.d_log_gate},
-                        {&ascending.d_initial_state, &other.d_initial_state}, {&ascending.state_gradients, &other.state_gradients}})
+                        {&ascending.d_initial_state, &other.d_initial_state}, {&ascending.state_gradients, &other.state_gradients},
+                        {&ascending.output, &other.output}, {&ascending.final_state, &other.final_state}})
       EXPECT_TRUE(a->data == o->data) << describe(c);
   }
 }
@@ -291,7 +300,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, StateInnerProductReachesTheGateGradient)
   std::cout << describe(c) << " S_0, dS_L >= 0, dO = 0\n  max err/bound: " << worst_per_stage(rep) << "\n";
 }
 
-// g = 0: Gated DeltaNet computes exactly DeltaNet's numbers (dg aside).
+// g = 0: Gated DeltaNet computes exactly DeltaNet's numbers (dg aside), the training forward's output too.
 TEST(DeltaRuleBackwardFastCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
@@ -302,7 +311,8 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   c.gated = true;
   const BackwardResult gated = emulate_backward(c, in, cot);
   for (auto [a, o] : {std::pair{&plain.dq, &gated.dq}, {&plain.dk, &gated.dk}, {&plain.dv, &gated.dv},
-                      {&plain.d_beta, &gated.d_beta}, {&plain.d_initial_state, &gated.d_initial_state}})
+                      {&plain.d_beta, &gated.d_beta}, {&plain.d_initial_state, &gated.d_initial_state},
+                      {&plain.output, &gated.output}, {&plain.final_state, &gated.final_state}})
     EXPECT_TRUE(a->data == o->data);
 }
 
@@ -322,7 +332,8 @@ TEST(DeltaRuleBackwardFastCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSiz
 }
 
 // DESIGN.md's accuracy inputs at a reduced shape (bf16, L=128, D=64, C=64): every gradient's relative L2 against
-// float64, printed and held to the 3.5e-3 target (the H200 run measures D=128, L=512).
+// float64, printed and held to the 3.5e-3 target, and the training forward's output to the forward's (the H200 run
+// measures D=128, L=512).
 TEST(DeltaRuleBackwardFastCpuEmulation, AccuracyAtAReducedDesignShape) {
   DELTAPROOF_REQUIRE_X86_64();
   for (bool gated : {false, true}) {
@@ -336,7 +347,10 @@ TEST(DeltaRuleBackwardFastCpuEmulation, AccuracyAtAReducedDesignShape) {
       std::cout << " " << name << " " << err;
       EXPECT_LE(err, 3.5e-3) << name;
     }
-    std::cout << "\n";
+    // The training forward's output, held to the inference forward's DESIGN targets (4.1e-3, Gated 3.7e-3).
+    const double output_err = relative_l2_all(heads_of(r.output), double_oracle(c, in).output), output_target = gated ? 3.7e-3 : 4.1e-3;
+    std::cout << "; training forward output " << output_err << "\n";
+    EXPECT_LE(output_err, output_target);
   }
 }
 

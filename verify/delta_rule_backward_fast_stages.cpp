@@ -219,8 +219,10 @@ std::vector<Comparison> check_backward_stages_fast(const DeltaCase& c, const Hos
                                                    const BackwardResult& r) {
   if (!has(r.boundary) || !has(r.state_gradients) || !has(r.t) || !has(r.e) || !has(r.d_w))
     throw std::invalid_argument("check_backward_stages: the result holds no intermediates (run_backward with intermediates)");
-  ForwardResult f;  // stages 1–2 are the forward's kernels in their backward modes
+  ForwardResult f;  // stages 1–2 are the forward's kernels in their backward modes (and r.output, when given, the
+                    // training forward's, formed from them)
   f.final_state = r.final_state, f.w = r.w, f.u = r.u, f.v_new = r.v_new, f.a = r.a, f.t = r.t, f.boundary = r.boundary;
+  f.output = r.output;
   f.arithmetic = ScanArithmetic::state_pass;
   std::vector<Comparison> rep = check_stages(c, in, f);
   ref::for_each_head(c.batch, c.heads, [&](Index b, Index h) {

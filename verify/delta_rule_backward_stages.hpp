@@ -61,8 +61,10 @@ void make_state_inner_product_dominant(HostInputs& in, Cotangents& cot);
 struct BackwardResult {
   Tensor4<Exact> dq, dk, dv, d_beta, d_log_gate, d_initial_state;  // d_log_gate: gated only
   Tensor4<Exact> gate_sums, a, t, scores, w, u, boundary, v_new, d_v_new, state_gradients, d_w, e, d_gate_sums;
-  Tensor4<Exact> output, final_state;  // the forward recomputed by stage 2
-  bool tensor_cores = false;  // run by the tensor-core backward (its own stage bounds; no scores, no output)
+  // The forward recomputed by stage 2; the tensor-core path recomputes no output, and its stage checks take the
+  // training forward's (formed from the same S_[c] and V̄) where a caller attaches it.
+  Tensor4<Exact> output, final_state;
+  bool tensor_cores = false;  // run by the tensor-core backward (its own stage bounds; no scores)
 };
 
 // Device inputs of the backward: q, k, v, β, dO in the dtype; g, S_0, dS_L in the accumulation dtype.

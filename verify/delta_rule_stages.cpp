@@ -303,21 +303,24 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
 
     // S_[c+1] = γ_C Ŝ + V̄̂ᵀ diag(λ) K: decay in fp32, V̄ rounded to an operand (state pass: hi + lo), C + 1
     // accumulations.
-    if (cc + 1 == N && !has_final) continue;
-    const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
-    const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
-    // State pass: S_[c] is exposed in fp32 from the registers it is carried in; the update operand pair(λ V̄)
-    // differs from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄| (in the 3u² below).
-    const Matrix<S> s_next_bound =
-        scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
-        scalar_times(pairs ? rho(C + 3, 0, 0, 3 * u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
-                     Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
-        scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
-        floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
-    add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
+    if (cc + 1 < N || has_final) {  // the last chunk's update only where the result has the final state
+      const Matrix<S> s_next_hat = cc + 1 < N ? Matrix<S>(boundary.middleRows((cc + 1) * DV, DV)) : final_state;
+      const Matrix<S> s_next_ref = s_hat * gamma_end + vnew_hat.transpose() * dr::scale_rows<S>(lambda, kc);
+      // State pass: S_[c] is exposed in fp32 from the registers it is carried in; the update operand pair(λ V̄)
+      // differs from λ V̄̂ = λ pair(V̄) by 2u² λ|V̄| (in the 3u² below).
+      const Matrix<S> s_next_bound =
+          scalar_times(rho(C + 2, 0, 0, eps_d), Matrix<S>(s_hat.cwiseAbs() * gamma_end)) +
+          scalar_times(pairs ? rho(C + 3, 0, 0, 3 * u_pair + eps_d) : rho(C + 3, 1, un.op, eps_d),
+                       Matrix<S>(vnew_hat.cwiseAbs().transpose() * dr::scale_rows<S>(lambda, k_abs))) +
+          scalar_times((pairs ? 3 : 1) * un.eta, Matrix<S>(Matrix<S>::Ones(DV, n) * k_abs)) +
+          floor_of(Matrix<S>(s_hat.cwiseAbs() + vnew_hat.cwiseAbs().transpose() * k_abs));
+      add(cc + 1 < N ? "S_next" : "final_state", cc, s_next_hat, s_next_ref, s_next_bound);
+    }
 
     // O = diag(γ) Q Ŝᵀ + (Q Kᵀ ⊙ D) V̄̂: S, P and V̄ rounded to operands, DK + C + 2 accumulations,
-    // stored in the dtype (relative u_out, and η below its normal range, as W and U).
+    // stored in the dtype (relative u_out, and η below its normal range, as W and U). The state pass's output
+    // (the training forward's chunk_output_kernel) takes S rounded once and V̄ as its pair: P V̄_hi and P V̄_lo
+    // both accumulate, DK + 2C + 2.
     if (!has_output) continue;
     const Matrix<S> scores = (qc * kc.transpose()).cwiseProduct(d);
     const Matrix<S> o_ref = dr::scale_rows<S>(gamma, Matrix<S>(qc * s_hat.transpose())) + scores * vnew_hat;
@@ -326,10 +329,13 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     const Matrix<S> o_eta = q_abs * Matrix<S>::Ones(DK, DV) + (q_abs * k_abs.transpose()).cwiseProduct(d) * Matrix<S>::Ones(n, DV) +
                             Matrix<S>::Ones(n, n) * vnew_hat.cwiseAbs();
     const Matrix<S> o_bound = scalar_times(un.out, Matrix<S>(o_ref.cwiseAbs())) +
-                              scalar_times((1 + un.out) * (s_pair ? rho(DK + C + 2, 0, 0, u_pair + eps_d + u32)
-                                                                  : rho(DK + C + 2, 1, un.op, eps_d + u32)),
+                              scalar_times((1 + un.out) * (pairs    ? rho(DK + 2 * C + 2, 1, un.op, eps_d + u32)
+                                                           : s_pair ? rho(DK + C + 2, 0, 0, u_pair + eps_d + u32)
+                                                                    : rho(DK + C + 2, 1, un.op, eps_d + u32)),
                                            o_mag1) +
-                              scalar_times((1 + un.out) * rho(DK + C + 2, 2, un.op, eps_d + u32), o_mag2) +
+                              scalar_times((1 + un.out) * (pairs ? rho(DK + 2 * C + 2, 1, un.op, u_pair + eps_d + u32)
+                                                                 : rho(DK + C + 2, 2, un.op, eps_d + u32)),
+                                           o_mag2) +
                               scalar_times(2 * un.eta, o_eta) + Matrix<S>::Constant(n, DV, S(un.eta)) +
                               floor_of(Matrix<S>(o_mag1 + o_mag2 + o_eta));
     add("O", cc, Matrix<S>(o_all.middleRows(ch.begin, n)), o_ref, o_bound);

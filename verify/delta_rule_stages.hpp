@@ -69,8 +69,9 @@ struct DeviceInputs {
 
 // How a forward result was computed: the fallback scan (S rounded once to the dtype as an operand), the
 // register scan (S as a hi + lo pair), or the tensor-core backward's state pass (W, U stored as pairs and fed
-// as pairs with S and the update's V̄; no output, and the final state only when asked: rows the result lacks
-// are left out). The exact oracle's intermediates pass every one of these bounds.
+// as pairs with S and the update's V̄; the output, when the result has it, the training forward's: S_[c] rounded
+// once, V̄ as its pair; the final state only when asked: rows the result lacks are left out). The exact
+// oracle's intermediates pass every one of these bounds.
 enum class ScanArithmetic { fallback_scan, register_scan, state_pass };
 
 // What the forward writes, read back exactly.
