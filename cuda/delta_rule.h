@@ -33,7 +33,7 @@
 //     grows): computed. α ≤ 0 cannot be given: the kernels take g = ln α. g = −∞ (α = 0, a reset) is
 //     taken by decode as α = 0, while the chunkwise forward meets −∞ − (−∞) = NaN in its in-chunk
 //     decays and treats it as a NaN (below); start a new sequence to reset a state there.
-//   * NaN and ±Inf are IEEE numbers like any other, and in the forward and decode they go where the
+//   * NaN and ±Inf are IEEE numbers like any other, and in the forward (training or not) and decode they go where the
 //     recurrence carries them. A NaN or Inf in q_t reaches o_t alone: every entry of o_t is then NaN or
 //     ±Inf, every other output and the states bit for bit those without it. A NaN in k_t, β_t or g_t
 //     makes S_t and every later state NaN, hence every entry of o_s for s ≥ t and of the final state;

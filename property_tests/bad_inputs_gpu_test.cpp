@@ -436,8 +436,11 @@ TEST(NonFiniteInputs, LinearAttentionNaNInVStaysInItsValueRow) {
   expect_linear(LinearInput::v, r, NAN, column_r(later_tokens(Expect::nan)), column_r(later_tokens_decode(Expect::nan)), state_row);
 }
 
-// DeltaNet / Gated DeltaNet through the public API, packed.
-Raw delta_run(const vdr::DeltaCase& c, const vdr::DeviceInputs& in, bool decode) {
+// DeltaNet / Gated DeltaNet through the public API, packed: the forward, the training forward (given a saved
+// buffer where the inputs have one: it forms its output from the state pass's S_[c] and V̄), or decode.
+enum class DeltaRun { forward, training_forward, decode };
+Raw delta_run(const vdr::DeltaCase& c, const vdr::DeviceInputs& in, DeltaRun run) {
+  const bool decode = run == DeltaRun::decode;
   const int B = int(c.batch), H = int(c.heads), L = int(c.length), DK = int(c.key_dim), DV = int(c.value_dim);
   dt::DeviceTensor out = dt::allocate(c.dtype, B, H, L, DV), fin = dt::allocate(DType::f32, B, H, DV, DK);
   const auto* g = c.gated ? static_cast<const float*>(in.log_gate.device.data()) : nullptr;
@@ -455,8 +458,8 @@ Raw delta_run(const vdr::DeltaCase& c, const vdr::DeviceInputs& in, bool decode)
     kdr::set_contiguous_strides(p);
     p.q = in.q.device.data(), p.k = in.k.device.data(), p.v = in.v.device.data(), p.beta = in.beta.device.data();
     p.log_gate = g, p.initial_state = s0, p.output = out.data(), p.final_state = static_cast<float*>(fin.data());
-    dt::DeviceBuffer workspace(kdr::workspace_bytes(p));
-    p.workspace = workspace.get();
+    dt::DeviceBuffer workspace(kdr::workspace_bytes(p)), saved(run == DeltaRun::training_forward ? kdr::saved_bytes(p) : 0);
+    p.workspace = workspace.get(), p.saved = saved.bytes() ? saved.get() : nullptr;
     kdr::forward(p);
   }
   return {dt::download_bytes(out), dt::download_bytes(fin)};
@@ -489,9 +492,10 @@ void expect_delta(DeltaInput input, Index col, double value, const Rule& forward
                                      : input == DeltaInput::beta ? poisoned.beta.device
                                                                  : poisoned.log_gate.device;
     poke(target, b0, h0, t, col, value);
-    for (bool decode : {false, true}) {
-      const Raw x = delta_run(c, clean, decode), y = delta_run(c, poisoned, decode);
-      const std::string what = vdr::describe(c) + (decode ? " decode" : " forward");
+    for (DeltaRun run : {DeltaRun::forward, DeltaRun::training_forward, DeltaRun::decode}) {
+      const bool decode = run == DeltaRun::decode;
+      const Raw x = delta_run(c, clean, run), y = delta_run(c, poisoned, run);
+      const std::string what = vdr::describe(c) + (decode ? " decode" : run == DeltaRun::forward ? " forward" : " training forward");
       EXPECT_EQ(broken("output", x.output, y.output, c.dtype, c.batch, c.heads, c.length, c.value_dim,
                        decode ? decode_output : forward_output),
                 "")
@@ -540,16 +544,19 @@ TEST(NonFiniteInputs, DeltaRuleMinusInfinityLogGateIsNaNInTheChunkwiseFormAndARe
     const vdr::HostInputs host = vdr::make_inputs(c);
     const vdr::DeviceInputs clean = vdr::upload_inputs(c, host), poisoned = vdr::upload_inputs(c, host);
     poke(poisoned.log_gate.device, b0, h0, t, 0, -INFINITY);
-    const Raw x = delta_run(c, clean, false), y = delta_run(c, poisoned, false);
-    EXPECT_EQ(broken("output", x.output, y.output, c.dtype, c.batch, c.heads, c.length, c.value_dim, later_tokens(Expect::nan)), "")
-        << vdr::describe(c);
-    EXPECT_EQ(broken("final state", x.final_state, y.final_state, DType::f32, c.batch, c.heads, c.value_dim, c.key_dim,
-                     poisoned_head_nan),
-              "")
-        << vdr::describe(c);
+    for (DeltaRun run : {DeltaRun::forward, DeltaRun::training_forward}) {
+      const Raw x = delta_run(c, clean, run), y = delta_run(c, poisoned, run);
+      const std::string what = vdr::describe(c) + (run == DeltaRun::forward ? " forward" : " training forward");
+      EXPECT_EQ(broken("output", x.output, y.output, c.dtype, c.batch, c.heads, c.length, c.value_dim, later_tokens(Expect::nan)), "")
+          << what;
+      EXPECT_EQ(broken("final state", x.final_state, y.final_state, DType::f32, c.batch, c.heads, c.value_dim, c.key_dim,
+                       poisoned_head_nan),
+                "")
+          << what;
+    }
 
     // Decode: tokens t.. of the poisoned head from a zero state (a one-head case) are the reference.
-    const Raw decoded = delta_run(c, poisoned, true);
+    const Raw decoded = delta_run(c, poisoned, DeltaRun::decode);
     vdr::DeltaCase tail = c;
     tail.batch = 1, tail.heads = 1, tail.length = c.length - t, tail.with_initial_state = false;
     vdr::HostInputs tail_host;
@@ -560,7 +567,7 @@ TEST(NonFiniteInputs, DeltaRuleMinusInfinityLogGateIsNaNInTheChunkwiseFormAndARe
     };
     tail_host.q = rows_of(host.q), tail_host.k = rows_of(host.k), tail_host.v = rows_of(host.v);
     tail_host.beta = rows_of(host.beta), tail_host.log_gate = rows_of(host.log_gate);
-    const Raw fresh = delta_run(tail, vdr::upload_inputs(tail, tail_host), true);
+    const Raw fresh = delta_run(tail, vdr::upload_inputs(tail, tail_host), DeltaRun::decode);
     const std::size_t head = std::size_t(b0 * c.heads + h0), outputs = std::size_t(tail.length * c.value_dim);
     const std::size_t states = std::size_t(c.value_dim * c.key_dim);
     for (std::size_t i = 0; i < outputs; ++i)

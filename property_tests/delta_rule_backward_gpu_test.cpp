@@ -414,6 +414,13 @@ void attach_training_forward(const DeltaCase& c, const HostInputs& in, const Cot
   r.output = dt::download(training.output), r.final_state = dt::download(training.final_state);
 }
 
+// run_backward with its intermediates; a tensor-core result with the training forward attached.
+BackwardResult run_backward_and_training_forward(const DeltaCase& c, const HostInputs& in, const Cotangents& cot) {
+  BackwardResult r = run_backward(c, in, cot);
+  if (r.tensor_cores) attach_training_forward(c, in, cot, r);
+  return r;
+}
+
 // Every backward stage of drawn cases (length up to max_length, head dims up to max_dim) within bound.
 bool backward_stages_hold(const std::string& name, int cases, const rc::Gen<DeltaCase>& cases_drawn) {
   return check_cases(name, cases, [=](void) {
@@ -421,9 +428,7 @@ bool backward_stages_hold(const std::string& name, int cases, const rc::Gen<Delt
     const bool with_final_gradient = *rc::gen::arbitrary<bool>();
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, with_final_gradient);
-    BackwardResult r = run_backward(c, in, cot);
-    if (r.tensor_cores) attach_training_forward(c, in, cot, r);
-    const auto rep = check_backward_stages(c, in, cot, r);
+    const auto rep = check_backward_stages(c, in, cot, run_backward_and_training_forward(c, in, cot));
     RC_TAG(cuda::name_of(c.dtype));
     if (!all_agree(rep)) RC_FAIL(failures(c, rep) + (with_final_gradient ? "dS_L given" : "dS_L = 0"));
   });
@@ -460,7 +465,7 @@ TEST(DeltaRuleBackwardGpu, StageBoundCalibration) {
       c.with_initial_state = true, c.seed = 7;
       const HostInputs in = make_inputs(c);
       const Cotangents cot = make_cotangents(c);
-      const auto rep = check_backward_stages(c, in, cot, run_backward(c, in, cot));
+      const auto rep = check_backward_stages(c, in, cot, run_backward_and_training_forward(c, in, cot));
       std::cout << describe(c) << "\n  max err/bound: " << calibration(rep) << "\n";
       EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
     }
@@ -486,7 +491,7 @@ TEST(DeltaRuleBackwardGpu, StageChecksCatchPlantedBugsOnTheKernel) {
 
 std::vector<Comparison> backward_stages_for(const DeltaCase& c, const HostInputs& in) {
   const Cotangents cot = make_cotangents(c);
-  return check_backward_stages(c, in, cot, run_backward(c, in, cot));
+  return check_backward_stages(c, in, cot, run_backward_and_training_forward(c, in, cot));
 }
 std::vector<Comparison> backward_stages_for(const DeltaCase& c) { return backward_stages_for(c, make_inputs(c)); }
 
@@ -552,7 +557,7 @@ TEST(DeltaRuleBackwardGpu, RegimeStateInnerProductInTheGateGradient) {
     HostInputs in = make_inputs(c);
     Cotangents cot = make_cotangents(c);
     make_state_inner_product_dominant(in, cot);
-    const auto rep = check_backward_stages(c, in, cot, run_backward(c, in, cot));
+    const auto rep = check_backward_stages(c, in, cot, run_backward_and_training_forward(c, in, cot));
     EXPECT_TRUE(all_agree(rep)) << failures(c, rep);
   }
 }
