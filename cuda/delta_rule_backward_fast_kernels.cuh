@@ -468,13 +468,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
 
   // ---- copies: every 16-bit operand by cp.async (zero past n rows and past the width), T in fp32.
-  // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
   auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
-    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
-      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
-      const bool valid = r < rows && c < width;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
-    }
+    copy_rows_async<kThreads>(dst, src, row, rows, rows_pad, width, tid);
   };
   const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
   // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).

@@ -413,6 +413,26 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
   return l;
 }
 
+// Rows of `src` (row stride `row` elements) into [rows_pad][kTcLd] by 16-byte cp.async, zero past `rows` and past
+// `width`; the block's kThreads threads from `tid`.
+template <int kThreads, class T>
+__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width, int tid) {
+  for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
+    const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
+    const bool valid = r < rows && c < width;
+    copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
+  }
+}
+// A chunk's P ([C][C] rows at `src`) into [C][C + 8] by cp.async: the 16 × 16 tiles on and below the diagonal, the
+// only ones the prepare writes and the products read.
+template <int C, int kThreads, class T>
+__device__ __forceinline__ void copy_scores_async(T* dst, const T* src, int tid) {
+  for (int e = tid; e < C * (C / 8); e += kThreads) {
+    const int r = e / (C / 8), c = (e % (C / 8)) * 8;
+    if (c / 16 <= r / 16) copy_async_16(dst + r * tc_scores_pitch(C) + c, src + r * C + c, true);
+  }
+}
+
 
 // Per chunk: (1) copy K, U and the masked scores P = Q Kᵀ ⊙ Γ ⊙ M in (cp.async; P rounded to T by the
 // prepare, p.scores; Q, W and g were prefetched during the previous chunk), publish S_[c] from the
@@ -496,11 +516,8 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   // The chunk's P ([C][C] rows of the prepare's scores): the 16×16 tiles on and below the diagonal, the
   // only ones the output reads (the prepare writes no others).
   auto load_scores = [&](int chunk) {
-    const T* src = static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C;
-    for (int e = threadIdx.x; e < C * (C / 8); e += kTcScanThreads) {
-      const int r = e / (C / 8), c = (e % (C / 8)) * 8;
-      if (c / 16 <= r / 16) copy_async_16(scores_s + r * kScoresPitch + c, src + r * C + c, true);
-    }
+    copy_scores_async<C, kTcScanThreads>(scores_s, static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C,
+                                         threadIdx.x);
   };
   float g_lo = 0.0f, g_hi = 0.0f;  // warp 0: raw log-gates of the chunk being loaded (i = lane, lane + 32)
   auto load_gates = [&](int t0, int size) {
@@ -782,13 +799,8 @@ __global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(F
   const bool gated = p.log_gate != nullptr;
   const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates (V̄)
 
-  // Rows of `src` (row stride `row`) into [rows_pad][kTcLd], zero past `rows` and past `width`.
   auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
-    for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
-      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
-      const bool valid = r < rows && c < width;
-      copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
-    }
+    copy_rows_async<kThreads>(dst, src, row, rows, rows_pad, width, tid);
   };
   load_rows(q_s, static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h) + std::int64_t(t0) * p.q_strides.row, p.q_strides.row,
             size, C, DK);
@@ -796,13 +808,7 @@ __global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(F
   load_rows(s_s, static_cast<const T*>(pairs.s) + state0 * DK, DK, DV, kTcKeys, DK);
   load_rows(vh_s, static_cast<const T*>(pairs.v_hi) + token0 * DV, DV, size, C, DV);
   load_rows(vl_s, static_cast<const T*>(pairs.v_lo) + token0 * DV, DV, size, C, DV);
-  {  // P: the 16 × 16 tiles on and below the diagonal (the only ones the prepare writes and this kernel reads)
-    const T* src = static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C;
-    for (int e = tid; e < C * (C / 8); e += kThreads) {
-      const int r = e / (C / 8), c = (e % (C / 8)) * 8;
-      if (c / 16 <= r / 16) copy_async_16(scores_s + r * kScoresPitch + c, src + r * C + c, true);
-    }
-  }
+  copy_scores_async<C, kThreads>(scores_s, static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C, tid);
   copy_async_commit();
   if (gated && warp == 0) {  // G_i by the scan's shuffle tree, kept as G_i · log2 e
     const float* gate = p.log_gate + p.log_gate_strides.head_offset(b, h) + std::int64_t(t0) * p.log_gate_strides.row;

@@ -26,6 +26,7 @@
 #include <iostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -780,6 +781,50 @@ TEST(DeltaRuleBackwardGpu, TrainingStepEqualsTheRecomputingOneBitwise) {
     for (std::size_t i = 0; i < expected.size(); ++i) differs = differs || !same(*expected[i], *wrong[i]);
     RC_ASSERT(differs);
   }));
+}
+
+// A training forward whose output the register scan cannot store in pairs (2-byte aligned): the state pass still
+// keeps S_[c] and V̄ (the backward from the buffer writes the recomputing one's gradients bit for bit), and the
+// fallback scan forms the output and the final state, bit for bit the inference forward's on the same pointer.
+TEST(DeltaRuleBackwardGpu, TrainingForwardOffTheRegisterScanStillKeepsTheStatePass) {
+  DELTAPROOF_REQUIRE_GPU();
+  for (bool gated : {false, true}) {
+    DeltaCase c;
+    c.dtype = DType::bf16, c.gated = gated, c.length = 100, c.key_dim = 48, c.value_dim = 32, c.chunk = 64;
+    c.with_initial_state = true, c.seed = 12;
+    const HostInputs in = make_inputs(c);
+    const Cotangents cot = make_cotangents(c, true);
+    const BackwardDeviceInputs dev = upload_backward_inputs(c, in, cot);
+    const std::size_t output_bytes = std::size_t(c.batch * c.heads * c.length * c.value_dim) * 2;
+    const std::size_t state_bytes = std::size_t(c.batch * c.heads * c.value_dim * c.key_dim) * 4;
+    const auto forward_on_a_2_byte_output = [&](void* saved) {
+      cuda::delta_rule::ForwardParams p = forward_shape(c);
+      DeviceBuffer output(output_bytes + 2), final_state(state_bytes);
+      p.q = dev.q.device.data(), p.k = dev.k.device.data(), p.v = dev.v.device.data(), p.beta = dev.beta.device.data();
+      p.log_gate = gated ? static_cast<const float*>(dev.log_gate.device.data()) : nullptr;
+      p.initial_state = static_cast<const float*>(dev.initial_state.device.data());
+      p.output = static_cast<char*>(output.get()) + 2, p.final_state = static_cast<float*>(final_state.get());
+      DeviceBuffer workspace(cuda::delta_rule::workspace_bytes(p));
+      p.workspace = workspace.get(), p.saved = saved;
+      cuda::delta_rule::forward(p);
+      std::vector<unsigned char> bytes(output_bytes + state_bytes);
+      cuda::check(cudaMemcpy(bytes.data(), p.output, output_bytes, cudaMemcpyDeviceToHost), "output");
+      cuda::check(cudaMemcpy(bytes.data() + output_bytes, p.final_state, state_bytes, cudaMemcpyDeviceToHost), "final state");
+      return bytes;
+    };
+    DeviceBuffer saved(saved_bytes_of(c));
+    EXPECT_EQ(forward_on_a_2_byte_output(saved.get()), forward_on_a_2_byte_output(nullptr)) << describe(c);
+    BackwardBuffers recomputing = allocate_backward(c, false), from_saved = allocate_backward(c, false);
+    cuda::delta_rule::backward(backward_params(c, dev, recomputing));
+    cuda::delta_rule::BackwardStageParams p = backward_params(c, dev, from_saved);
+    p.saved = saved.get();
+    ASSERT_TRUE(cuda::delta_rule::tensor_core_backward_applies(p)) << "the backward must read the buffer";
+    cuda::delta_rule::backward(p);
+    for (auto [x, y] : {std::pair{&recomputing.dq, &from_saved.dq}, {&recomputing.dk, &from_saved.dk}, {&recomputing.dv, &from_saved.dv},
+                        {&recomputing.d_beta, &from_saved.d_beta}, {&recomputing.d_initial_state, &from_saved.d_initial_state}})
+      EXPECT_TRUE(bitwise_equal(*x, *y)) << describe(c);
+    if (gated) EXPECT_TRUE(bitwise_equal(recomputing.d_log_gate, from_saved.d_log_gate)) << describe(c);
+  }
 }
 
 // The saved buffer's device checks: a host pointer, or one off the 256-byte alignment, is named, nothing written.
