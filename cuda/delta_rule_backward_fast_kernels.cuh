@@ -115,19 +115,12 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_ker
 
   // Rows t0.. of a head's rows (row stride `row`) into [C][kTcLd], zero past the chunk and past DK.
   auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
-    for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
-      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
-      const bool valid = r < size && c < DK;
-      copy_async_16(dst + r * kTcLd + c, valid ? head_rows + (t0 + r) * row + c : head_rows, valid);
-    }
+    copy_rows_async<kTcScanThreads, C>(dst, head_rows + t0 * row, row, size, DK, threadIdx.x);
   };
   // Value columns v0.. of rows t0.. of dO into [C][kTcVLd].
   auto load_slice = [&](T* dst, int t0, int size) {
-    for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
-      const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
-      const bool valid = r < size && v0 + c < DV;
-      copy_async_16(dst + r * kTcVLd + c, valid ? d_out + (t0 + r) * p.d_output_strides.row + v0 + c : d_out, valid);
-    }
+    const std::int64_t row = p.d_output_strides.row;
+    copy_rows_async<kTcScanThreads, C, kTcSlice, kTcVLd>(dst, d_out + t0 * row + v0, row, size, DV - v0, threadIdx.x);
   };
 
   // G rows state_rows + {g, g+8}, key columns state_key0 + 8n + 2t + {0, 1}: accumulator layout. G_[N] = dS_L.
@@ -468,8 +461,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   const int i0 = 16 * row_block, col0 = part_index * (kTcKeys / kParts);
 
   // ---- copies: every 16-bit operand by cp.async (zero past n rows and past the width), T in fp32.
-  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
-    copy_rows_async<kThreads>(dst, src, row, rows, rows_pad, width, tid);
+  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int width) {
+    copy_rows_async<kThreads, C>(dst, src, row, rows, width, tid);
   };
   const auto packed = [](const void* data, std::size_t row0, int width) { return static_cast<const T*>(data) + row0 * width; };
   // The chunk's first row in each strided user tensor (q, k, v, dO rows 16-byte aligned: the launcher checked).
@@ -481,8 +474,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     T* tiles = stream + 2 * buffer * kStream * kTcLd;
     const int rows = min(kStream, DV - r0);
     const std::size_t state_rows0 = (static_cast<std::size_t>(it.head) * N + it.chunk) * DV;  // S_[c]'s first row
-    load_rows(tiles, packed(b.state_pass.s, state_rows0 + r0, DK), DK, rows, kStream, DK);
-    load_rows(tiles + kStream * kTcLd, packed(b.state_gradients, state_rows0 + r0, DK), DK, rows, kStream, DK);
+    copy_rows_async<kThreads, kStream>(tiles, packed(b.state_pass.s, state_rows0 + r0, DK), DK, rows, DK, tid);
+    copy_rows_async<kThreads, kStream>(tiles + kStream * kTcLd, packed(b.state_gradients, state_rows0 + r0, DK), DK, rows, DK, tid);
     copy_async_commit();
   };
   // A block runs chunk after chunk (persistent), and each chunk's operands come in while the one before is still
@@ -493,45 +486,59 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   //   (d) V̄'s hi part (dW's tile until P5) and K; (e) V and dV̄'s pair: from P6 on.
   // The top of a chunk waits for all but (e), which P2's first copy wait takes.
   auto copy_after_p2 = [&](const ChunkItem& it) {
-    load_rows(do_s, chunk_rows(it, p.d_output, p.d_output_strides), p.d_output_strides.row, it.n, C, DV);
-    load_rows(vb_lo, packed(b.state_pass.v_lo, it.token0, DV), DV, it.n, C, DV);
+    load_rows(do_s, chunk_rows(it, p.d_output, p.d_output_strides), p.d_output_strides.row, it.n, DV);
+    load_rows(vb_lo, packed(b.state_pass.v_lo, it.token0, DV), DV, it.n, DV);
     copy_async_commit();
   };
   auto copy_after_dt = [&](const ChunkItem& it) {
-    load_rows(q_s, chunk_rows(it, p.q, p.q_strides), p.q_strides.row, it.n, C, DK);
+    load_rows(q_s, chunk_rows(it, p.q, p.q_strides), p.q_strides.row, it.n, DK);
     const float* t_src = b.wy_inverse + (static_cast<std::size_t>(it.head) * N + it.chunk) * C * C;
     float* t_staged = reinterpret_cast<float*>(stream + 2 * kStream * kTcLd);  // stream buffer 1 (4C² bytes fit)
-    for (int e = tid; e < C * C / 4; e += kThreads) copy_async_16(t_staged + 4 * e, t_src + 4 * e, true);
+    block_for<C * C / 4, kThreads>(tid, [&](int e) { copy_async_16(t_staged + 4 * e, t_src + 4 * e, true); });
     copy_async_commit();
     load_stream(it, 0, 0);
   };
   auto copy_after_p5 = [&](const ChunkItem& it) {
-    load_rows(vb_hi, packed(b.state_pass.v_hi, it.token0, DV), DV, it.n, C, DV);
-    load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, C, DK);
+    load_rows(vb_hi, packed(b.state_pass.v_hi, it.token0, DV), DV, it.n, DV);
+    load_rows(k_s, chunk_rows(it, p.k, p.k_strides), p.k_strides.row, it.n, DK);
     copy_async_commit();
-    load_rows(v_s, chunk_rows(it, p.v, p.v_strides), p.v_strides.row, it.n, C, DV);
-    load_rows(dvb_hi, packed(b.d_v_new_hi, it.token0, DV), DV, it.n, C, DV);
-    load_rows(dvb_lo, packed(b.d_v_new_lo, it.token0, DV), DV, it.n, C, DV);
+    load_rows(v_s, chunk_rows(it, p.v, p.v_strides), p.v_strides.row, it.n, DV);
+    load_rows(dvb_hi, packed(b.d_v_new_hi, it.token0, DV), DV, it.n, DV);
+    load_rows(dvb_lo, packed(b.d_v_new_lo, it.token0, DV), DV, it.n, DV);
     copy_async_commit();
   };
-  const auto item_at = [&](int item) {
-    ChunkItem it;
-    it.chunk = item % N, it.head = item / N;
+  // Item i is (chunk i % N, head i / N), head = batch · heads + h. The block's items are stride apart: the next one
+  // comes from the current one by carries, the quotients of stride formed once (no division per item).
+  const int first_item = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  const int stride_chunks = stride % N, stride_heads = stride / N;
+  const int stride_h = stride_heads % p.heads, stride_b = stride_heads / p.heads;
+  const auto derive = [&](ChunkItem it) {  // the fields that follow from (chunk, bi, h)
+    it.head = it.bi * p.heads + it.h;
     it.t0 = it.chunk * C, it.n = min(C, L - it.t0);
-    it.bi = it.head / p.heads, it.h = it.head % p.heads;
     it.token0 = static_cast<std::size_t>(it.head) * L + it.t0;  // packed intermediates
     return it;
   };
-  const int first_item = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  const auto advance = [&](const ChunkItem& it) {
+    ChunkItem next;
+    next.chunk = it.chunk + stride_chunks;  // < 2N: one carry at most
+    const int chunk_carry = next.chunk >= N;
+    next.chunk -= chunk_carry * N;
+    next.h = it.h + stride_h + chunk_carry;  // < 2 heads
+    const int head_carry = next.h >= p.heads;
+    next.h -= head_carry * p.heads;
+    next.bi = it.bi + stride_b + head_carry;
+    return derive(next);
+  };
+  ChunkItem cur;
+  cur.chunk = first_item % N, cur.h = first_item / N % p.heads, cur.bi = first_item / N / p.heads;
+  cur = derive(cur);
   if (first_item < items) {
-    const ChunkItem first = item_at(first_item);
-    copy_after_p2(first);
-    copy_after_dt(first);
-    copy_after_p5(first);
+    copy_after_p2(cur);
+    copy_after_dt(cur);
+    copy_after_p5(cur);
   }
 
-  for (int item = first_item; item < items; item += stride) {
-    const ChunkItem cur = item_at(item);
+  for (int item = first_item; item < items; item += stride, cur = advance(cur)) {
     const int chunk = cur.chunk, head = cur.head, t0 = cur.t0, n = cur.n, bi = cur.bi, h = cur.h;
     const std::size_t token0 = cur.token0;
     const bool has_next = item + stride < items;
@@ -559,11 +566,11 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     __syncthreads();
     {  // T rounded once, from its fp32 copy in stream buffer 1 (P2's first copy into that buffer follows a barrier)
       const float* t_staged = reinterpret_cast<const float*>(stream + 2 * kStream * kTcLd);
-      for (int e = tid; e < C * C / 4; e += kThreads) {
+      block_for<C * C / 4, kThreads>(tid, [&](int e) {
         const float4 x = reinterpret_cast<const float4*>(t_staged)[e];
         const int r = (4 * e) / C, c = (4 * e) % C;
         *reinterpret_cast<uint2*>(t_s + r * kPitchC + c) = make_uint2(pack_pair<T>(x.x, x.y), pack_pair<T>(x.z, x.w));
-      }
+      });
     }
     const float last = gsum[n - 1];
     for (int i = tid; i < C; i += kThreads) {  // without gates no decay: every one is exactly 1
@@ -660,13 +667,13 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       const T* s_tile = stream + 2 * buffer * kStream * kTcLd;
       const T* g_tile = s_tile + kStream * kTcLd;
       if (gated)
-        for (int e = tid; e < kStream * (kTcKeys / 2); e += kThreads) {
+        block_for<kStream * (kTcKeys / 2), kThreads>(tid, [&](int e) {
           const int at_pair = (e / (kTcKeys / 2)) * kTcLd + (e % (kTcKeys / 2)) * 2;
           const float2 sv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(s_tile + at_pair));
           const float2 gv = unpack_pair<T>(*reinterpret_cast<const unsigned*>(g_tile + at_pair));
           gs = fmaf(gv.x, sv.x, gs);  // a product of two 16-bit values: exact in fp32
           gs = fmaf(gv.y, sv.y, gs);
-        }
+        });
 #pragma unroll
       for (int kk = 0; kk < kStream / 16; ++kk) {  // value rows past DV are zero in both operands
         unsigned ad[4], awh[4], awl[4], avh[4], avl[4];
@@ -696,7 +703,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       if (lane == 0) reduce[warp] = gs;
     }
     __syncthreads();  // the stream tiles are consumed; V̄ is no longer read
-    if (has_next) copy_after_p2(item_at(item + stride));  // formed where used: fewer live registers
+    if (has_next) copy_after_p2(advance(cur));  // formed where used: fewer live registers
 
     // Row sums of a C × D accumulator times a 16-bit operand over this warp's columns: per row, lanes
     // t = 0..3 by butterfly; stored by key part.
@@ -719,15 +726,16 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     // Stores a C × D accumulator as the dtype into a strided user tensor (rows < n, columns < width; widths
     // are multiples of 8 and rows 4-byte aligned here, so every pair is whole and aligned).
     auto store_rows = [&](const float (&acc)[kDTiles][4], void* data, const Strides& strides, int width) {
-      T* dst = chunk_rows_out(data, strides);
+      T* dst = chunk_rows_out(data, strides) + col0 + 2 * t;  // each of this thread's two rows addressed once
 #pragma unroll
-      for (int nt = 0; nt < kDTiles; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half;
+        T* row = dst + i * strides.row;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = i0 + g + 8 * half, c = col0 + 8 * nt + 2 * t;
-          if (i < n && c < width)
-            *reinterpret_cast<unsigned*>(dst + i * strides.row + c) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
-        }
+        for (int nt = 0; nt < kDTiles; ++nt)
+          if (i < n && col0 + 8 * nt + 2 * t < width)
+            *reinterpret_cast<unsigned*>(row + 8 * nt) = pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      }
     };
 
     // ---- P3: dq, dW, the first terms of dk; then βV, βγK and dT.
@@ -775,14 +783,14 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
           if (c + 1 < DK) dst[1] = dw[nt][2 * half + 1];
         }
       }
-    for (int e = tid; e < C * (kTcKeys / 2); e += kThreads) {  // βV and βγK, each product rounded once
+    block_for<C * (kTcKeys / 2), kThreads>(tid, [&](int e) {  // βV and βγK, each product rounded once
       const int r = e / (kTcKeys / 2), c = (e % (kTcKeys / 2)) * 2;
       const float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_s + r * kTcLd + c));
       const float2 y = unpack_pair<T>(*reinterpret_cast<const unsigned*>(k_s + r * kTcLd + c));
       const float bg = beta[r] * gamma[r];
       *reinterpret_cast<unsigned*>(bv_s + r * kTcLd + c) = pack_pair<T>(beta[r] * x.x, beta[r] * x.y);
       *reinterpret_cast<unsigned*>(bgk_s + r * kTcLd + c) = pack_pair<T>(bg * y.x, bg * y.y);
-    }
+    });
     __syncthreads();
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // dT = dV̄ (βV)ᵀ + dW (βγK)ᵀ, all of it
       const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
@@ -815,7 +823,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
               pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
     }
     __syncthreads();
-    if (has_next) copy_after_dt(item_at(item + stride));
+    if (has_next) copy_after_dt(advance(cur));
 
     // ---- P4: X = Tᵀ dT (T lower: (Tᵀ)_ij nonzero for j ≥ i), rounded once over E_o; then E, F and K Kᵀ.
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {
@@ -967,7 +975,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       store_rows(tu, p.dv, p.dv_strides, DV);
     }
     __syncthreads();
-    if (has_next) copy_after_p5(item_at(item + stride));
+    if (has_next) copy_after_p5(advance(cur));
 
     // ---- P6: dβ, and gated dG and dg; row partials summed in a fixed order.
     if (tid < C) {

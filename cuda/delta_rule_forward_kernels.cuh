@@ -413,24 +413,49 @@ __host__ __device__ constexpr TcScanLayout tc_scan_layout(int chunk) {
   return l;
 }
 
-// Rows of `src` (row stride `row` elements) into [rows_pad][kTcLd] by 16-byte cp.async, zero past `rows` and past
-// `width`; the block's kThreads threads from `tid`.
-template <int kThreads, class T>
-__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width, int tid) {
-  for (int e = tid; e < rows_pad * (kTcKeys / 8); e += kThreads) {
-    const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;
-    const bool valid = r < rows && c < width;
-    copy_async_16(dst + r * kTcLd + c, valid ? src + r * row + c : src, valid);
+// f(e) for e = tid, tid + kThreads, … below kCount: the loop a block's threads share an index range by, with its trip
+// count fixed at compile time (written as `for (e = tid; e < kCount; e += kThreads)`, the count is formed at run
+// time, since the compiler does not know tid < kThreads).
+template <int kCount, int kThreads, class F>
+__device__ __forceinline__ void block_for(int tid, F&& f) {
+#pragma unroll
+  for (int k = 0; k < (kCount + kThreads - 1) / kThreads; ++k) {
+    const int e = tid + k * kThreads;
+    if (kCount % kThreads == 0 || e < kCount) f(e);
+  }
+}
+
+// Rows of `src` (row stride `row` elements) into [kRows][kPitch] by 16-byte cp.async, kWidth columns a row, zero
+// past `rows` and past `width`; the block's kThreads threads from `tid`. A thread copies the same 16-byte column
+// of every (kThreads / pieces)-th row, so its column test, its addresses and its row step are formed once: the
+// copies a kernel issues cost a few instructions each, not a division and a 64-bit product.
+template <int kThreads, int kRows, int kWidth = kTcKeys, int kPitch = kTcLd, class T>
+__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, std::int64_t row, int rows, int width, int tid) {
+  constexpr int kPieces = kWidth / 8, kRowStep = kThreads / kPieces;
+  static_assert(kWidth % 8 == 0 && kThreads % kPieces == 0, "a thread keeps one column of every kRowStep-th row");
+  const int r0 = tid / kPieces, c = (tid % kPieces) * 8;
+  const bool in_width = c < width;
+  const unsigned to = smem_address(dst + r0 * kPitch + c);
+  std::int64_t offset = r0 * row + c;
+  const std::int64_t step = kRowStep * row;
+#pragma unroll
+  for (int k = 0; k < (kRows + kRowStep - 1) / kRowStep; ++k) {
+    const int r = r0 + k * kRowStep;
+    if (kRows % kRowStep == 0 || r < kRows) {
+      const bool valid = in_width && r < rows;
+      copy_async_16(to + k * kRowStep * kPitch * unsigned(sizeof(T)), valid ? src + offset : src, valid);
+    }
+    offset += step;
   }
 }
 // A chunk's P ([C][C] rows at `src`) into [C][C + 8] by cp.async: the 16 × 16 tiles on and below the diagonal, the
 // only ones the prepare writes and the products read.
 template <int C, int kThreads, class T>
 __device__ __forceinline__ void copy_scores_async(T* dst, const T* src, int tid) {
-  for (int e = tid; e < C * (C / 8); e += kThreads) {
+  block_for<C * (C / 8), kThreads>(tid, [&](int e) {
     const int r = e / (C / 8), c = (e % (C / 8)) * 8;
     if (c / 16 <= r / 16) copy_async_16(dst + r * tc_scores_pitch(C) + c, src + r * C + c, true);
-  }
+  });
 }
 
 
@@ -499,19 +524,11 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 
   // Rows t0.. of a head's [L, DK] rows (row stride `row`) into [C][kTcLd] (zero past the chunk and past DK).
   auto load_rows = [&](T* dst, const T* head_rows, std::int64_t row, int t0, int size) {
-    for (int e = threadIdx.x; e < C * (kTcKeys / 8); e += kTcScanThreads) {
-      const int r = e / (kTcKeys / 8), c = (e % (kTcKeys / 8)) * 8;  // constant divisors: shifts
-      const bool valid = r < size && c < DK;
-      copy_async_16(dst + r * kTcLd + c, valid ? head_rows + (t0 + r) * row + c : head_rows, valid);
-    }
+    copy_rows_async<kTcScanThreads, C>(dst, head_rows + t0 * row, row, size, DK, threadIdx.x);
   };
   // Value columns v0.. of a [.., L, DV] tensor into [C][kTcVLd].
   auto load_slice = [&](T* dst, const T* src, std::size_t token0, int size) {
-    for (int e = threadIdx.x; e < C * (kTcSlice / 8); e += kTcScanThreads) {
-      const int r = e / (kTcSlice / 8), c = (e % (kTcSlice / 8)) * 8;
-      const bool valid = r < size && v0 + c < DV;
-      copy_async_16(dst + r * kTcVLd + c, valid ? src + (token0 + r) * DV + v0 + c : src, valid);
-    }
+    copy_rows_async<kTcScanThreads, C, kTcSlice, kTcVLd>(dst, src + token0 * DV + v0, DV, size, DV - v0, threadIdx.x);
   };
   // The chunk's P ([C][C] rows of the prepare's scores): the 16×16 tiles on and below the diagonal, the
   // only ones the output reads (the prepare writes no others).
@@ -799,15 +816,12 @@ __global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(F
   const bool gated = p.log_gate != nullptr;
   const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates (V̄)
 
-  auto load_rows = [&](T* dst, const T* src, std::int64_t row, int rows, int rows_pad, int width) {
-    copy_rows_async<kThreads>(dst, src, row, rows, rows_pad, width, tid);
-  };
-  load_rows(q_s, static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h) + std::int64_t(t0) * p.q_strides.row, p.q_strides.row,
-            size, C, DK);
+  copy_rows_async<kThreads, C>(q_s, static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h) + std::int64_t(t0) * p.q_strides.row,
+                               p.q_strides.row, size, DK, tid);
   const std::size_t state0 = (static_cast<std::size_t>(head) * N + chunk) * DV;  // S_[c]'s first value row
-  load_rows(s_s, static_cast<const T*>(pairs.s) + state0 * DK, DK, DV, kTcKeys, DK);
-  load_rows(vh_s, static_cast<const T*>(pairs.v_hi) + token0 * DV, DV, size, C, DV);
-  load_rows(vl_s, static_cast<const T*>(pairs.v_lo) + token0 * DV, DV, size, C, DV);
+  copy_rows_async<kThreads, kTcKeys>(s_s, static_cast<const T*>(pairs.s) + state0 * DK, DK, DV, DK, tid);
+  copy_rows_async<kThreads, C>(vh_s, static_cast<const T*>(pairs.v_hi) + token0 * DV, DV, size, DV, tid);
+  copy_rows_async<kThreads, C>(vl_s, static_cast<const T*>(pairs.v_lo) + token0 * DV, DV, size, DV, tid);
   copy_scores_async<C, kThreads>(scores_s, static_cast<const T*>(p.scores) + (static_cast<std::size_t>(head) * N + chunk) * C * C, tid);
   copy_async_commit();
   if (gated && warp == 0) {  // G_i by the scan's shuffle tree, kept as G_i · log2 e

@@ -116,14 +116,16 @@ __device__ __forceinline__ void store_tile_pairs(T* tile_n, unsigned pair_n, uns
     *reinterpret_cast<uint2*>(tile_n + column) = second ? make_uint2(neighbour, pair_n1) : make_uint2(pair_n, neighbour);
 }
 
-// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing).
-__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+// 16-byte asynchronous copy global → shared; zero-fills when !valid (src-size 0 reads nothing). The destination
+// as a shared-memory address (smem_address), so that a run of copies converts its base once, or as a pointer.
+__device__ __forceinline__ void copy_async_16(unsigned address, const void* src, bool valid) {
 #ifdef DELTAPROOF_CUDA_EMULATION
-  ::deltaproof::emulation::copy_async_16(smem_address(dst), src, valid);
+  ::deltaproof::emulation::copy_async_16(address, src, valid);
 #else
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src), "r"(valid ? 16 : 0));
 #endif
 }
+__device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) { copy_async_16(smem_address(dst), src, valid); }
 __device__ __forceinline__ void copy_async_commit() {
 #ifdef DELTAPROOF_CUDA_EMULATION
   ::deltaproof::emulation::copy_async_commit();
