@@ -115,6 +115,12 @@ __device__ void load_chunk_rows(T* dst, int pitch, ChunkRows<const T> src, int d
       const bool valid = r < size && c < dim;
       copy_async_16(dst + r * pitch + c, valid ? src.row(r) + c : src.first, valid);
     };
+    if constexpr (sizeof(T) == 2) {  // whole rows of the widest head dim: the shared row copy
+      if (cols_pad == kTcKeys && pitch == kTcLd) {
+        copy_rows_async<kThreads, C>(dst, src.first, src.stride, size, dim, int(threadIdx.x));
+        return;
+      }
+    }
     if (kThreads % vecs == 0) {  // every lane busy: one column per thread, rows kThreads / vecs apart
       const int c = int(threadIdx.x) % vecs * V;
       for (int r = int(threadIdx.x) / vecs; r < C; r += kThreads / vecs) copy(r, c);
@@ -465,9 +471,16 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
     tv[q] = make_float2(j <= i ? sys[i * ps + j] : 0.0f, j + 1 <= i ? sys[i * ps + j + 1] : 0.0f);
     if (p.wy_inverse) store_float2(p.wy_inverse + block_cc() + i * C + j, tv[q].x, tv[q].y);
   }
-  if (p.wy_inverse)
-    for (int idx = threadIdx.x; idx < C * C; idx += kThreads)
-      if ((idx % C) / 16 > (idx / C) / 16) p.wy_inverse[block_cc() + idx] = 0.0f;
+  if (p.wy_inverse) {  // above the diagonal blocks: zero, four entries a step (whole float4s when aligned)
+    float* out = p.wy_inverse + block_cc();
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(out) & 15) == 0;
+    block_for<C * C / 4, kThreads>(tid, [&](int e) {
+      const int i = e / (C / 4), j = 4 * (e % (C / 4));
+      if (j / 16 <= i / 16) return;
+      if (aligned) *reinterpret_cast<float4*>(out + i * C + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      else out[i * C + j] = out[i * C + j + 1] = out[i * C + j + 2] = out[i * C + j + 3] = 0.0f;
+    });
+  }
 
   const ChunkTokens at{static_cast<std::size_t>(head) * L + begin};  // W, U (packed)
   if constexpr (kTensorCore<T>) {

@@ -153,7 +153,8 @@ PrepareRun emulate(const DeltaCase& c, const HostInputs& in, bool scan = true,
 }
 
 // Inputs the register-scan emulation test does not take: fp32 (cp.async of 4 floats, and plain loads at odd
-// dims), head dims 1, 15, 60, 100 (plain loads), 256 (the widest), and a few of each C and gate regime.
+// dims), head dims 1, 15, 60, 100 (plain loads), 256 (the widest), 128 and 120 (16-bit rows padded to 128: the
+// shared row copy, whole rows and rows zero past the width), and a few of each C and gate regime.
 std::vector<DeltaCase> prepare_cases() {
   const struct {
     DType dtype;
@@ -162,7 +163,8 @@ std::vector<DeltaCase> prepare_cases() {
   } rows[] = {{DType::f32, 16, 17, 15, 1, true, true},     {DType::f32, 64, 70, 24, 40, false, false},
               {DType::bf16, 32, 40, 60, 100, true, false}, {DType::f16, 64, 65, 100, 15, false, true},
               {DType::bf16, 64, 64, 256, 24, true, true},  {DType::f16, 16, 33, 1, 256, true, false},
-              {DType::f32, 32, 31, 256, 8, true, false}};
+              {DType::f32, 32, 31, 256, 8, true, false},   {DType::bf16, 64, 100, 128, 128, true, true},
+              {DType::f16, 32, 45, 120, 128, false, false}};
   std::vector<DeltaCase> cases;
   std::uint64_t seed = 700;
   for (const auto& row : rows) {
