@@ -45,6 +45,11 @@ __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / 
 template <class T>
 constexpr bool kTensorCore = !std::is_same_v<T, float>;
 
+// The instantiation of a kernel with a `Gated` parameter for the inputs: Gated DeltaNet's where log-gates are
+// given, else DeltaNet's, which compiles without the gate arithmetic (its decays are exactly 1: the same values).
+template <class Kernel>
+Kernel for_gates(const void* log_gate, Kernel gated, Kernel ungated) { return log_gate != nullptr ? gated : ungated; }
+
 template <class T>
 __device__ __forceinline__ float to_float(T x) {
   if constexpr (std::is_same_v<T, float>) return x;
@@ -478,7 +483,7 @@ struct StatePassOutputs {
   void* s;            // [B, H, N, DV, DK] dtype: S_[c] rounded once (what the chunk gradients read)
   void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
 };
-template <class T, int C, bool StatePass = false>
+template <class T, int C, bool Gated, bool StatePass = false>
 __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(ForwardStageParams p, StatePassOutputs pairs) {
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
@@ -505,7 +510,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
   const bool computes_output = warp < kRowBlocks * kColumnGroups;  // C = 16 leaves 4 warps to the state alone
   const int i0 = 16 * row_block, out_col0 = column_group * (kTcSlice / kColumnGroups);
   const int state_rows = 16 * (warp % 4), state_key0 = (kTcKeys / 2) * (warp / 4);
-  const bool gated = p.log_gate != nullptr;
+  constexpr bool gated = Gated;  // log-gates given; DeltaNet's instantiation has no gate arithmetic
   const int b = head / p.heads, h = head % p.heads;
   // Row 0 of this head in each strided tensor (the launcher checked q and k rows 16-byte aligned).
   const T* q = static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h);
@@ -795,7 +800,7 @@ __host__ __device__ constexpr ChunkOutputLayout chunk_output_layout(int chunk) {
   l.bytes = l.gates + chunk * 4;
   return l;
 }
-template <class T, int C>
+template <class T, int C, bool Gated>
 __global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(ForwardStageParams p, StatePassOutputs pairs) {
   constexpr int kThreads = chunk_output_threads(C), kOutTiles = 4;  // 32 value columns a warp
   constexpr int kScoresPitch = tc_scores_pitch(C);
@@ -813,7 +818,7 @@ __global__ void __launch_bounds__(chunk_output_threads(C)) chunk_output_kernel(F
   const int L = p.length, DK = p.key_dim, DV = p.value_dim, N = (L + C - 1) / C;
   const int t0 = chunk * C, size = min(C, L - t0);
   const int b = head / p.heads, h = head % p.heads;
-  const bool gated = p.log_gate != nullptr;
+  constexpr bool gated = Gated;  // log-gates given; DeltaNet's instantiation has no gate arithmetic
   const std::size_t token0 = static_cast<std::size_t>(head) * L + t0;  // packed intermediates (V̄)
 
   copy_rows_async<kThreads, C>(q_s, static_cast<const T*>(p.q) + p.q_strides.head_offset(b, h) + std::int64_t(t0) * p.q_strides.row,

@@ -367,7 +367,7 @@ __device__ void wy_product_fp32(const float* sys, const float* scale, const floa
   });
 }
 
-template <class T, int C, class Policy = FaithfulPrepare>
+template <class T, int C, bool Gated, class Policy = FaithfulPrepare>
 __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_min_blocks(C)) wy_prepare_async_kernel(ForwardStageParams p) {
   constexpr int kThreads = wy_prepare_async_threads(C), kWarps = kThreads / 32, R = C / 16, kTiles = R * (R + 1) / 2;
   constexpr int ps = system_pitch(C);
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(wy_prepare_async_threads(C), wy_prepare_async_
   // The chunk's C×C block of wy_system / wy_inverse (packed), computed where used: fewer live registers.
   auto block_cc = [&] { return (static_cast<std::size_t>(head) * N + chunk) * C * C; };
   const int warp = threadIdx.x / 32;
-  const bool gated = p.log_gate != nullptr;
+  constexpr bool gated = Gated;  // log-gates given; DeltaNet's instantiation has no gate arithmetic
 
   extern __shared__ __align__(128) unsigned char smem[];
   const WyAsyncLayout lay = wy_prepare_async_layout(sizeof(T), C, DK, DV);
