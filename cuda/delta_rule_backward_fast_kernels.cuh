@@ -398,8 +398,8 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
   l.t = l.stream + stream_bytes;
   l.e_out = l.t + square;
   l.d_t = l.e_out + square;
-  l.scalars = l.d_t + square;                        // β, G, γ, λ: 4 × C floats
-  l.partials = l.scalars + 4 * chunk * 4;  // row partial sums (see the kernel), floats
+  l.scalars = l.d_t + square;                        // β, G, γ, λ; the next item's β and log-gates: 6 × C floats
+  l.partials = l.scalars + 6 * chunk * 4;  // row partial sums (see the kernel), floats
   l.bytes = l.partials + (4 * chunk_gradients_warps(chunk) * 16 + 3 * (chunk / 16) * chunk + 16) * 4;  // 4 · kParts · C
   return l;
 }
@@ -443,6 +443,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   float* gsum = beta + C;
   float* gamma = gsum + C;
   float* lambda = gamma + C;
+  float* staged_beta = lambda + C;        // the next item's β and log-gates as loaded (zero past its n), staged
+  float* staged_gate = staged_beta + C;   // by kStager while P4 leaves it idle: the top of an item reads no global
   float* part = reinterpret_cast<float*>(smem + lay.partials);
   float* rq = part;                        // [kParts][C] <dO S, q> per row, by key part
   float* dlam = rq + kParts * C;           // [kParts][C] <V̄ G', k>
@@ -507,6 +509,20 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     load_rows(dvb_lo, packed(b.d_v_new_lo, it.token0, DV), DV, it.n, DV);
     copy_async_commit();
   };
+  // The warp that stages the next item's β and log-gates: one with no tile of E (above the diagonal: cb > rb), which
+  // waits for those loads while the others form E.
+  constexpr int kStager = kRowBlocks > 1 ? (kRowBlocks - 1) * kRowBlocks : 1;
+  static_assert(kStager < kWarps, "the stager is a warp of the block");
+  const auto stage_scalars = [&](const ChunkItem& it) {  // one warp
+    const T* beta_in = chunk_rows(it, p.beta, p.beta_strides);
+    const float* log_gate = gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(it.bi, it.h) +
+                                        std::int64_t(it.t0) * p.log_gate_strides.row
+                                  : nullptr;
+    for (int i = lane; i < C; i += 32) {
+      staged_beta[i] = i < it.n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
+      if (gated) staged_gate[i] = i < it.n ? log_gate[i * p.log_gate_strides.row] : 0.0f;
+    }
+  };
   // Item i is (chunk i % N, head i / N), head = batch · heads + h. The block's items are stride apart: the next one
   // comes from the current one by carries, the quotients of stride formed once (no division per item).
   const int first_item = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
@@ -536,7 +552,9 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     copy_after_p2(cur);
     copy_after_dt(cur);
     copy_after_p5(cur);
+    if (warp == kStager) stage_scalars(cur);
   }
+  __syncthreads();  // the first item's scalars are staged
 
   for (int item = first_item; item < items; item += stride, cur = advance(cur)) {
     const int chunk = cur.chunk, head = cur.head, t0 = cur.t0, n = cur.n, bi = cur.bi, h = cur.h;
@@ -545,19 +563,15 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
     const auto chunk_rows_out = [&](void* data, const Strides& s) {
       return static_cast<T*>(data) + s.head_offset(bi, h) + std::int64_t(t0) * s.row;
     };
-    if (warp == 0) {  // β and the gate sums G_i (the same shuffle tree as every other kernel that forms them)
-      const T* beta_in = chunk_rows(cur, p.beta, p.beta_strides);
-      const float* log_gate =
-          gated ? static_cast<const float*>(p.log_gate) + p.log_gate_strides.head_offset(bi, h) + std::int64_t(t0) * p.log_gate_strides.row
-                : nullptr;
-      float lo = gated && lane < n ? log_gate[lane * p.log_gate_strides.row] : 0.0f;
-      float hi = gated && lane + 32 < n ? log_gate[(lane + 32) * p.log_gate_strides.row] : 0.0f;
+    if (warp == 0) {  // β and the gate sums G_i from the staged loads (the same shuffle tree as every other kernel)
+      float lo = gated && lane < C ? staged_gate[lane] : 0.0f;
+      float hi = gated && lane + 32 < C ? staged_gate[lane + 32] : 0.0f;
       if (gated) chunk_prefix_sums(lo, hi, lane);
       for (int half = 0; half < 2; ++half) {
         const int i = lane + 32 * half;
         if (i >= C) break;
         const float G = half ? hi : lo;
-        beta[i] = i < n ? to_float(beta_in[i * p.beta_strides.row]) : 0.0f;
+        beta[i] = staged_beta[i];
         gsum[i] = G;
         if (b.gate_sums != nullptr && i < n) b.gate_sums[token0 + i] = G;
       }
@@ -843,6 +857,7 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
               pack_pair<T>(acc[nt][2 * half], acc[nt][2 * half + 1]);
     }
     __syncthreads();
+    if (warp == kStager && has_next) stage_scalars(advance(cur));  // read at the next item's top, barriers away
     float* e_out = b.wy_system_adjoint != nullptr ? b.wy_system_adjoint + (static_cast<std::size_t>(head) * N + chunk) * C * C : nullptr;
     for (int tile = warp; tile < kRowBlocks * kRowBlocks; tile += kWarps) {  // E = strictly_lower(−X Tᵀ)
       const int rb = tile % kRowBlocks, cb = tile / kRowBlocks;
