@@ -591,7 +591,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
       gamma[i] = gated ? gate_exp(gsum[i]) : 1.0f;
       lambda[i] = gated ? gate_exp(last - gsum[i]) : 1.0f;
     }
-    __syncthreads();
+    // No barrier here: P1 reads only what the barrier above published (the copies, β and the gate sums); T's tile,
+    // γ and λ are first read in P3 and P4, after P2's barriers.
     // exp(G_i − G_j), used for i ≥ j; the loops below also form it for masked entries of a tile on the diagonal
     // block (no per-entry branch) and drop it with a select, an inf from a positive exponent included.
     auto decay = [&](int i, int j) { return gated ? gate_exp(gsum[i] - gsum[j]) : 1.0f; };
