@@ -166,7 +166,8 @@ template <class T, int C>
 void prepare_typed(const ForwardStageParams& p, cudaStream_t stream) {
   const std::size_t smem = wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
   const dim3 grid(chunk_count(p.length, C), p.batch * p.heads);
-  launch(for_gates(p.log_gate, wy_prepare_async_kernel<T, C, true>, wy_prepare_async_kernel<T, C, false>), grid, wy_prepare_async_threads(C), smem, stream,
+  const auto kernel = for_gates(p.log_gate, wy_prepare_async_kernel<T, C, true>, wy_prepare_async_kernel<T, C, false>);
+  launch(kernel, grid, wy_prepare_async_threads(C), smem, stream,
          "wy_prepare_async_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p);
 }
 
@@ -204,7 +205,8 @@ void scan_typed(const ForwardStageParams& p, cudaStream_t stream) {
   } else if (register_scan(p)) {
     constexpr std::size_t smem = tc_scan_layout(C).bytes;
     const dim3 grid((p.value_dim + kTcSlice - 1) / kTcSlice, p.batch * p.heads);
-    launch(for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true>, chunk_scan_registers_kernel<T, C, false>), grid, kTcScanThreads, smem, stream,
+    const auto kernel = for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true>, chunk_scan_registers_kernel<T, C, false>);
+    launch(kernel, grid, kTcScanThreads, smem, stream,
            "chunk_scan_registers_kernel<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">", p, StatePassOutputs{});
   } else {
     switch (fitting_slice(p, sizeof(T), C)) {
@@ -227,12 +229,14 @@ void training_scan(const ForwardStageParams& p, cudaStream_t stream) {
     const SavedTensors s = saved_tensors(p.saved, p.batch, p.heads, p.length, p.key_dim, p.value_dim, C, nullptr);
     const StatePassOutputs pairs{s.s, s.v_hi, s.v_lo};
     const int heads = p.batch * p.heads, N = chunk_count(p.length, C);
+    const auto state_pass = for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, true>, chunk_scan_registers_kernel<T, C, false, true>);
+    const auto output = for_gates(p.log_gate, chunk_output_kernel<T, C, true>, chunk_output_kernel<T, C, false>);
     if (keys_copyable(p))
-      launch(for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, true>, chunk_scan_registers_kernel<T, C, false, true>), dim3((p.value_dim + kTcSlice - 1) / kTcSlice, heads), kTcScanThreads,
-             tc_scan_layout(C).bytes, stream, "chunk_scan_registers_kernel<StatePass>" + suffix, p, pairs);
+      launch(state_pass, dim3((p.value_dim + kTcSlice - 1) / kTcSlice, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream,
+             "chunk_scan_registers_kernel<StatePass>" + suffix, p, pairs);
     if (register_scan(p)) {
-      launch(for_gates(p.log_gate, chunk_output_kernel<T, C, true>, chunk_output_kernel<T, C, false>), dim3(N, heads), chunk_output_threads(C), chunk_output_layout(C).bytes, stream,
-             "chunk_output_kernel" + suffix, p, pairs);
+      launch(output, dim3(N, heads), chunk_output_threads(C), chunk_output_layout(C).bytes, stream, "chunk_output_kernel" + suffix, p,
+             pairs);
       return;
     }
   }

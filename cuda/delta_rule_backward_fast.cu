@@ -117,19 +117,22 @@ void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreSta
   const std::size_t tokens = std::size_t(heads) * p.length;
   const auto runs = [&](TensorCoreStage s) { return first <= s && s <= last; };
   if (runs(TensorCoreStage::prepare) && p.saved == nullptr) {
-    launch(for_gates(p.log_gate, wy_prepare_async_kernel<T, C, true>, wy_prepare_async_kernel<T, C, false>), dim3(N, heads), wy_prepare_async_threads(C),
+    const auto kernel = for_gates(p.log_gate, wy_prepare_async_kernel<T, C, true>, wy_prepare_async_kernel<T, C, false>);
+    launch(kernel, dim3(N, heads), wy_prepare_async_threads(C),
            wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, stream, "wy_prepare_async_kernel" + suffix, f);
     expose_pairs(b.w, b.w_lo, p.w, tokens * p.key_dim, stream);
     expose_pairs(b.u, b.u_lo, p.u, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::state_pass) && p.saved == nullptr) {
-    launch(for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, true>, chunk_scan_registers_kernel<T, C, false, true>), dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream,
-           "chunk_scan_registers_kernel<StatePass>" + suffix, f, b.state_pass);
+    const auto kernel = for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, true>, chunk_scan_registers_kernel<T, C, false, true>);
+    launch(kernel, dim3(slices, heads), kTcScanThreads, tc_scan_layout(C).bytes, stream, "chunk_scan_registers_kernel<StatePass>" + suffix,
+           f, b.state_pass);
     expose_pairs(b.state_pass.v_hi, b.state_pass.v_lo, p.v_new, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::gradient_scan)) {
-    launch(for_gates(p.log_gate, gradient_scan_registers_kernel<T, C, true>, gradient_scan_registers_kernel<T, C, false>), dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, stream,
-           "gradient_scan_registers_kernel" + suffix, p, b);
+    const auto kernel = for_gates(p.log_gate, gradient_scan_registers_kernel<T, C, true>, gradient_scan_registers_kernel<T, C, false>);
+    launch(kernel, dim3(slices, heads), kTcScanThreads, gradient_scan_layout(C).bytes, stream, "gradient_scan_registers_kernel" + suffix,
+           p, b);
     expose_pairs(b.d_v_new_hi, b.d_v_new_lo, p.d_v_new, tokens * p.value_dim, stream);
   }
   if (runs(TensorCoreStage::chunk_gradients)) {

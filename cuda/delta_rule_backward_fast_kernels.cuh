@@ -443,8 +443,8 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   float* gsum = beta + C;
   float* gamma = gsum + C;
   float* lambda = gamma + C;
-  float* staged_beta = lambda + C;        // the next item's β and log-gates as loaded (zero past its n), staged
-  float* staged_gate = staged_beta + C;   // by kStager while P4 leaves it idle: the top of an item reads no global
+  float* staged_beta = lambda + C;  // the next item's β and log-gates as loaded (zero past its n), staged by kStager
+  float* staged_gate = staged_beta + C;  // during P4, so that the top of an item reads no global memory
   float* part = reinterpret_cast<float*>(smem + lay.partials);
   float* rq = part;                        // [kParts][C] <dO S, q> per row, by key part
   float* dlam = rq + kParts * C;           // [kParts][C] <V̄ G', k>

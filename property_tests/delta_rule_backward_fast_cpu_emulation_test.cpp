@@ -78,19 +78,23 @@ void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::del
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
   const unsigned slices = unsigned((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice);
+  // Each kernel's instantiation for the gates, as the launchers pick it.
+  const auto prepare = fk::for_gates(f.log_gate, fk::wy_prepare_async_kernel<T, C, true>, fk::wy_prepare_async_kernel<T, C, false>);
+  const auto state_pass =
+      fk::for_gates(f.log_gate, fk::chunk_scan_registers_kernel<T, C, true, true>, fk::chunk_scan_registers_kernel<T, C, false, true>);
+  const auto output = fk::for_gates(f.log_gate, fk::chunk_output_kernel<T, C, true>, fk::chunk_output_kernel<T, C, false>);
+  const auto gradient_scan =
+      fk::for_gates(p.log_gate, bk::gradient_scan_registers_kernel<T, C, true>, bk::gradient_scan_registers_kernel<T, C, false>);
+  const auto chunk_gradients = fk::for_gates(p.log_gate, bk::chunk_gradients_kernel<T, C, true>, bk::chunk_gradients_kernel<T, C, false>);
   emulation::launch({dim3(N, heads), dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
                      order, seed},
-                    fk::for_gates(f.log_gate, fk::wy_prepare_async_kernel<T, C, true>, fk::wy_prepare_async_kernel<T, C, false>), f);
-  emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed + 1},
-                    fk::for_gates(f.log_gate, fk::chunk_scan_registers_kernel<T, C, true, true>, fk::chunk_scan_registers_kernel<T, C, false, true>), f,
-                    b.state_pass);
-  emulation::launch({dim3(N, heads), dim3(fk::chunk_output_threads(C)), fk::chunk_output_layout(C).bytes, order, seed + 4},
-                    fk::for_gates(f.log_gate, fk::chunk_output_kernel<T, C, true>, fk::chunk_output_kernel<T, C, false>), f, b.state_pass);
-  emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2},
-                    fk::for_gates(p.log_gate, bk::gradient_scan_registers_kernel<T, C, true>, bk::gradient_scan_registers_kernel<T, C, false>), p, b);
+                    prepare, f);
+  emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed + 1}, state_pass, f, b.state_pass);
+  emulation::launch({dim3(N, heads), dim3(fk::chunk_output_threads(C)), fk::chunk_output_layout(C).bytes, order, seed + 4}, output, f, b.state_pass);
+  emulation::launch({dim3(slices, heads), dim3(fk::kTcScanThreads), bk::gradient_scan_layout(C).bytes, order, seed + 2}, gradient_scan, p, b);
   emulation::launch({dim3(bk::chunk_gradients_blocks(int(N * heads), chunk_gradient_blocks)), dim3(bk::chunk_gradients_threads(C)), bk::chunk_gradients_layout(C).bytes,
                      order, seed + 3},
-                    fk::for_gates(p.log_gate, bk::chunk_gradients_kernel<T, C, true>, bk::chunk_gradients_kernel<T, C, false>), p, b);
+                    chunk_gradients, p, b);
 }
 
 // The tensor-core backward on the emulated machine; every intermediate read back exactly (an entry never

@@ -97,12 +97,12 @@ template <class T, int C>
 void run_kernels(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder order, std::uint64_t seed) {
   const unsigned heads = unsigned(p.batch * p.heads);
   const std::size_t prepare_bytes = fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes;
-  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::wy_prepare_async_threads(C)), prepare_bytes, order, seed},
-                    fk::for_gates(p.log_gate, fk::wy_prepare_async_kernel<T, C, true>, fk::wy_prepare_async_kernel<T, C, false>), p);
+  const auto prepare = fk::for_gates(p.log_gate, fk::wy_prepare_async_kernel<T, C, true>, fk::wy_prepare_async_kernel<T, C, false>);
+  const auto scan = fk::for_gates(p.log_gate, fk::chunk_scan_registers_kernel<T, C, true>, fk::chunk_scan_registers_kernel<T, C, false>);
+  emulation::launch({dim3(cuda::chunk_count(p.length, C), heads), dim3(fk::wy_prepare_async_threads(C)), prepare_bytes, order, seed}, prepare, p);
   emulation::launch({dim3((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice, heads), dim3(fk::kTcScanThreads),
                      fk::tc_scan_layout(C).bytes, order, seed + 1},
-                    fk::for_gates(p.log_gate, fk::chunk_scan_registers_kernel<T, C, true>, fk::chunk_scan_registers_kernel<T, C, false>), p,
-                    fk::StatePassOutputs{});
+                    scan, p, fk::StatePassOutputs{});
 }
 
 // The forward on the emulated machine, every intermediate read back exactly (an entry never

@@ -58,7 +58,9 @@ void run_prepare(const cuda::delta_rule::ForwardStageParams& p, ThreadOrder orde
   const dim3 grid(cuda::chunk_count(p.length, C), p.batch * p.heads);
   emulation::launch({grid, dim3(fk::wy_prepare_async_threads(C)), fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes,
                      order, seed},
-                    fk::for_gates(p.log_gate, fk::wy_prepare_async_kernel<T, C, true, Policy>, fk::wy_prepare_async_kernel<T, C, false, Policy>), p);
+                    fk::for_gates(p.log_gate, fk::wy_prepare_async_kernel<T, C, true, Policy>,
+                                  fk::wy_prepare_async_kernel<T, C, false, Policy>),
+                    p);
 }
 
 // The fallback scan with 16 value rows per block (it fits every head dim up to 256).
