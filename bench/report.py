@@ -306,7 +306,8 @@ def measurements_from_side_by_side(path, data):
     for rec in data.get("records", []):
         if rec.get("status") != "timed":
             continue
-        label = f"{rec['impl']} (side by side{' DRY RUN' if dry else ''}, {date})"
+        # Named by the file as well as the date: two runs of one day are two series, never one curve.
+        label = f"{rec['impl']} ({os.path.basename(path)}{' DRY RUN' if dry else ''}, {date})"
         out.append(Measurement(rec["op"], rec["pass"], rec["impl"], rec.get("chunk_size"), rec["median_us"],
                                rec["shape"], os.path.basename(path), label, False, "", rec.get("check", {})))
     return out

@@ -158,5 +158,24 @@ def test_json_never_seen_before(tmp_path):
     assert "| Linear attention | forward | 300 | ≤ 210 | not met |" in text
 
 
+def test_two_side_by_side_runs_of_one_day_stay_two_series(tmp_path):
+    """Two side-by-side files of one op and one date (a full run, then a C = 64 rerun): each its own row, never one
+    curve mixing the runs' chunk sizes."""
+    shape = dict(B=8, H=16, L=4096, DK=128, DV=128)
+    paths = []
+    for name, times in (("side_by_side_delta.json", {16: 1000.0, 32: 900.0, 64: 950.0}),
+                        ("side_by_side_delta_rerun.json", {64: 800.0})):
+        records = [dict(op="delta", **{"pass": "forward"}, impl="deltaproof", chunk_size=c, dtype="bf16", shape=shape,
+                        status="timed", median_us=t, check={"agrees": True, "tensors": {}}) for c, t in times.items()]
+        path = tmp_path / name
+        path.write_text(json.dumps({"side_by_side": 1, "context": {"date": "2026-12-04", "shape": shape, "dry_run": False},
+                                    "records": records, "ratios": []}))
+        paths.append(str(path))
+    out = tmp_path / "out"
+    assert report.main(paths + ["--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "| deltaproof (side_by_side_delta.json, 2026-12-04) | 1000 | 900 | 950 |" in text
+    assert "| deltaproof (side_by_side_delta_rerun.json, 2026-12-04) | — | — | 800 |" in text
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
