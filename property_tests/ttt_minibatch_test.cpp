@@ -70,11 +70,23 @@ rc::Gen<MlpCase> gen_mlp_case() {
   });
 }
 
+// Whether a run's outputs and final weights stay below 10²⁰ in magnitude. A drawn case can make gradient descent
+// diverge (a step cubes the weights' scale: 10²⁰⁷ within six tokens at seed 2); there the two forms' roundings grow
+// apart chaotically (relative gaps from 10⁻⁹⁷ to above 1 in such draws), and the agreement bound, which assumes entries
+// of moderate size (reference/high_agreement.hpp), cannot tell rounding from a different formula. Below 10²⁰ the gap
+// measured at most 10⁻⁹⁴ relative over 400 draws; about one draw in seventy is above and is discarded.
+bool stays_moderate(const ttt::MlpForward<High>& run) {
+  const High limit("1e20");
+  const auto below = [&](const Matrix<High>& m) { return m.size() == 0 || m.cwiseAbs().maxCoeff() <= limit; };
+  return below(run.output) && below(run.final_weights.w1) && below(run.final_weights.w2);
+}
+
 template <class Policy = ttt::Faithful>
 void check_mlp_primal_equals_dual(const MlpCase& c) {
   const Index b = c.base.shape.chunk_size;
   const auto primal = ttt::mlp_minibatch_primal<High, Policy>(c.inputs, c.weights, b);
   const auto dual = ttt::mlp_minibatch_dual<High>(c.inputs, c.weights, b);
+  RC_PRE(stays_moderate(primal) && stays_moderate(dual));
   const Matrix<Exact> reference = ref::matrix_cast<Exact>(dual.output);
   require_within("TTT-MLP primal vs dual output", primal.output, reference, ttt::high_agreement_bound(dual.output));
   require_within("TTT-MLP primal vs dual W1", primal.final_weights.w1, ref::matrix_cast<Exact>(dual.final_weights.w1),
