@@ -5,9 +5,10 @@
 // tests use, and the smooth steps (GELU, SiLU, softmax, norms, a few chained gradient steps on
 // entries <= 2) amplify a perturbation by far less than 10³⁰; so |a − b| <= 10⁻⁶⁰·(1 + max|b|)
 // holds with margin, while a formula difference shows at the inputs' granularity (2⁻²), some
-// sixty digits higher. A failure against this bound is a different formula, not rounding. A gradient descent that
-// diverges (its entries squared or cubed each step) breaks the premise: there the gap is chaotic, and the callers keep
-// to runs whose entries stay moderate (the TTT command's small inner step; the MLP property's discarded draws).
+// sixty digits higher. A failure against this bound is a different formula, not rounding.
+// A gradient descent that diverges (its entries squared or cubed each step) breaks the premise:
+// there the gap is chaotic, so callers keep to runs whose entries stay moderate (the TTT
+// command's small inner step; the MLP property discards the draws that diverge).
 #pragma once
 
 #include "reference/scalar.hpp"
