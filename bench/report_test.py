@@ -177,5 +177,6 @@ def test_two_side_by_side_runs_of_one_day_stay_two_series(tmp_path):
     assert "| deltaproof (side_by_side_delta.json, 2026-12-04) | 1000 | 900 | 950 |" in text
     assert "| deltaproof (side_by_side_delta_rerun.json, 2026-12-04) | — | — | 800 |" in text
 
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
