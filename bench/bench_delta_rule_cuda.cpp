@@ -98,7 +98,7 @@ void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, S
 // ---------------------------------------------------------------------------------------
 // Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
 // dS_L; outputs dq, dk, dv, dβ, dg, dS_0; the intermediates in a workspace sized for the largest need over C.
-// bf16 at D = 128 takes the tensor-core backward (cuda/delta_rule_backward_fast.cu); its stages are timed alone.
+// bf16 at D = 128 takes the tensor-core backward (cuda/delta_rule_backward_tensor_core.cu); its stages are timed alone.
 
 struct BackwardSet {
   void *d_output, *d_final_state, *dq, *dk, *dv, *d_beta, *d_gate, *d_initial_state, *workspace;

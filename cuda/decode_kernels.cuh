@@ -1,6 +1,6 @@
 // Decode kernels of both families (the token recurrence over T new tokens, fp32 state in and out,
 // fp64 for fp64 linear attention): a stream of the state through registers, built to run at the
-// memory roofline (cuda/NOTES.md: linear decode v3; cuda/NOTES_delta.md: DeltaNet decode v2).
+// memory roofline (docs/kernels/linear_attention.md and docs/kernels/delta_rule.md, decode).
 // Launched by delta_rule.cu (DeltaNet, Gated DeltaNet) and linear_attention_kernels.cuh (linear
 // attention); also compiled by the CPU emulation (property_tests/decode_cpu_emulation_test.cpp), so
 // nothing here may depend on more than it offers: threads, warp shuffles, plain loads and stores.
@@ -15,7 +15,7 @@
 // the group ends with the same bits: a + b == b + a). The summation tree changes with kLanes, but no
 // product passes through more than DK roundings (each merges in at least one more of the DK terms;
 // the zero columns past DK add exactly), the depth the decode bounds already allow
-// (verify/delta_rule_stages.cpp, verify/linear_attention_kernel_bound.hpp): no bound changes, and
+// (kernel_checks/delta_rule_stages.cpp, kernel_checks/linear_attention_kernel_bound.hpp): no bound changes, and
 // every run sums in the same order. The updated state goes out as soon as the last token has updated
 // it, before that token's output reduction.
 #pragma once
@@ -238,7 +238,7 @@ struct RowSlice {
   }
 };
 
-// The seams through which a test runs a decode kernel broken on purpose (DESIGN.md, numerical policy 5),
+// The seams through which a test runs a decode kernel broken on purpose (the design page's numerical policy),
 // named as in linear attention's Policy (linear_attention_kernels.cuh), which its kernel takes instead.
 // The product instantiates Faithful alone.
 struct Faithful {

@@ -23,7 +23,7 @@
 #include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
 #include "cuda/decode_kernels.cuh"
-#include "cuda/delta_rule_backward_fast.h"
+#include "cuda/delta_rule_backward_tensor_core.h"
 #include "cuda/delta_rule_forward_kernels.cuh"
 #include "cuda/testing/delta_rule_stages.h"
 
@@ -273,8 +273,7 @@ struct TrainingScanOp {
   static void run(const ForwardStageParams& p, cudaStream_t stream) { training_scan<T, C>(p, stream); }
 };
 
-// The row-group decode of cuda/decode_kernels.cuh (decode_kernel above it is the previous version,
-// kept until the H200 has timed both: NOTES_delta.md).
+// The decode: cuda/decode_kernels.cuh's row-group stream.
 template <class T>
 void decode_typed(const DecodeParams& p, cudaStream_t stream) {
   decoding::DecodeView view = decoding::view_of(p);

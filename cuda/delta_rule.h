@@ -61,8 +61,12 @@
 // For DeltaNet γ ≡ 1 (no log-gates), and the gated kernels with g = 0 compute bit for bit the
 // same thing. γ_i = exp(G_i), G_i = Σ_{t ≤ i in the chunk} g_t; Γ_ij = exp(G_i − G_j) for i ≥ j.
 //
-// The backward (delta_rule_backward.cu; design, precision plan and status in NOTES_delta.md) is four
-// kernels, each a straight transcription of reference/{delta_rule,gated_delta_rule}.hpp's chunk_backward:
+// The backward: bf16 inputs with DK, DV ≤ 128 and multiples of 8 take the tensor-core backward
+// (delta_rule_backward_tensor_core.cu: the forward's prepare and register scan in their backward modes, then a
+// gradient scan and the chunk-gradient kernel, operands as hi + lo pairs or rounded once by a fixed precision
+// plan). Every other input takes four fp32 FMA kernels (delta_rule_backward.cu), each a straight transcription
+// of reference/{delta_rule,gated_delta_rule}.hpp's chunk_backward (design and figures of both:
+// docs/kernels/delta_rule.md):
 //   1. prepare (one block per chunk): G_i, A, T = A⁻¹ (forward substitution), W, U, P = Q Kᵀ ⊙ D ⊙ M.
 //   2. state scan (one block per head and 16 value rows, chunks in order): S_[c], V̄ = U − W S_[c]ᵀ.
 //   3. gradient scan (the same blocks, chunks in reverse): G_[c+1] = dL/dS_[c+1] from G_[N] = dS_L,

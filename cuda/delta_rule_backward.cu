@@ -1,13 +1,13 @@
 // DeltaNet and Gated DeltaNet: backward of the chunkwise WY form, four kernels (delta_rule.h has the
-// API and the stage list; cuda/NOTES_delta.md the design, the precision plan and what has been run).
+// API and the stage list; docs/kernels/delta_rule.md the design, the precision plan and what has been run).
 //
 // Two implementations sit behind backward(): bf16 inputs that the tensor cores can take go to
-// delta_rule_backward_fast.cu (tensor_core_backward_applies); every other input — and the test seams'
-// per-stage entries below — to the fp32 FMA kernels here (v1), which also serve fp64.
+// delta_rule_backward_tensor_core.cu (tensor_core_backward_applies); every other input — and the test seams'
+// per-stage entries below — to the fp32 FMA kernels here, which also serve fp64.
 //
-// v1 is written to be checked first: each loop is one line of reference/gated_delta_rule.hpp's
+// These kernels are written to be checked first: each loop is one line of reference/gated_delta_rule.hpp's
 // chunk_backward, in the accumulation type A (fp32, or fp64 for fp64 inputs), by plain FMA. Two
-// loop shapes carry every product, and their rounding depths are what verify/
+// loop shapes carry every product, and their rounding depths are what kernel_checks/
 // delta_rule_backward_stages.cpp's bounds count:
 //   row × matrix  out[i][c] = Σ_m x[i][m] y[m][c]: warps over rows i, lanes over columns c (y read
 //                 coalesced), the m loop sequential: an m-term sum is m chained roundings.
@@ -21,7 +21,7 @@
 #include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
 #include "cuda/delta_rule.h"
-#include "cuda/delta_rule_backward_fast.h"
+#include "cuda/delta_rule_backward_tensor_core.h"
 #include "cuda/delta_rule_backward_kernels.cuh"
 #include "cuda/testing/delta_rule_stages.h"
 

@@ -6,12 +6,12 @@
 // Three kernels for the chunkwise forward, named by what they do:
 //   wy_prepare_async_kernel     stage 1, one block per (chunk, head): A, T = A⁻¹, W, U (delta_rule_prepare_kernels.cuh).
 //   chunk_scan_registers_kernel stage 2, the fast path (16-bit inputs, DK ≤ 128, DK and DV multiples of 8):
-//                               raw mma.sync, the fp32 state slice in registers (NOTES_delta.md, v7/v9).
+//                               raw mma.sync, the fp32 state slice in registers (docs/kernels/delta_rule.md).
 //   chunk_scan_shared_kernel    stage 2, the one fallback for every other input (fp32, DK > 128, head dims
 //                               not multiples of 8): the state in shared memory, WMMA or plain FMA products.
-// Superseded scan versions (v2: register prefetch; v3: a separate parallel output kernel) were measured
-// slower and removed; their code is at commit 0f86adb (cuda/delta_rule.cu), their figures in NOTES_delta.md.
-// So were prepare v9 (wy_prepare_kernel) and decode v1 (one warp per state row): at commit c5339b7, this file.
+// Superseded scans (a register prefetch; a separate parallel output kernel) were measured
+// slower and removed; their code is at commit 0f86adb (cuda/delta_rule.cu), their figures in docs/kernels/delta_rule.md.
+// So were the synchronous prepare (wy_prepare_kernel) and a decode of one warp per state row: at commit c5339b7, this file.
 // Decode is cuda/decode_kernels.cuh.
 #pragma once
 
@@ -59,9 +59,9 @@ __device__ __forceinline__ float to_float(T x) {
 
 // The gate decays of every forward stage and of the tensor-core backward's scans are powers of two: 2^y by the
 // special-function unit (`ex2.approx.ftz`, one instruction; expf takes nine, the masked scores one per entry:
-// NOTES_delta.md, session 8), of y = x · log2 e for e^x (`gate_exp`) or of exponents kept in that unit (the
-// register scans' G_i · log2 e). Error (verify/delta_rule_stages.cpp, decay_error, and
-// verify/delta_rule_backward_fast_stages.cpp): the product with log2 e rounded to fp32 and the products' and
+// docs/kernels/delta_rule.md), of y = x · log2 e for e^x (`gate_exp`) or of exponents kept in that unit (the
+// register scans' G_i · log2 e). Error (kernel_checks/delta_rule_stages.cpp, decay_error, and
+// kernel_checks/delta_rule_backward_tensor_core_stages.cpp): the product with log2 e rounded to fp32 and the products' and
 // differences' roundings add at most 5u·|exponent bound| to the exponent; exp2f's 2 ulp (CUDA's documented
 // bound) for results above 2⁻¹²⁶, smaller ones flushed to zero (the stage bounds' floor counts that).
 constexpr float kLog2e = 1.44269504f;
@@ -100,7 +100,7 @@ struct Carver {
 };
 
 // Calls f(r, c) for every r < rows, c < cols: warps over rows, lanes over columns. No integer
-// division in the index (the v1 loops' runtime div/mod cost more than the MMAs: NOTES_delta.md).
+// division in the index (the first loops' runtime div/mod cost more than the MMAs: docs/kernels/delta_rule.md).
 template <class F>
 __device__ __forceinline__ void for_each_2d(int rows, int cols, F&& f) {
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_shared_kernel(Forward
 }
 
 // ---------------------------------------------------------------------------------------
-// The register scan (the fast path; NOTES_delta.md's scan v4): raw tensor cores with the state in
+// The register scan (the fast path; docs/kernels/delta_rule.md): raw tensor cores with the state in
 // registers (16-bit inputs, DK ≤ 128, DK and DV multiples of 8). One block of 8 warps per head and 64
 // value rows of S; two blocks per SM.
 
@@ -471,9 +471,9 @@ __device__ __forceinline__ void copy_scores_async(T* dst, const T* src, int tid)
 // then Q Sᵀ; barrier. (3) Q and W of the next chunk start loading; O += P V̄ and the output stored
 // from registers; every warp updates its 16 × 64 part of S ← γ_C S + (diag(γ_C/γ) V̄)ᵀ K in its
 // accumulators; barrier. P depends on no state, so it is formed in the parallel prepare, not here in
-// the sequential chain (NOTES_delta.md, "Scores in the prepare").
+// the sequential chain (docs/kernels/delta_rule.md, "Scores in the prepare").
 //
-// StatePass = true is the backward's own forward (cuda/delta_rule_backward_fast.cu): no output, but every
+// StatePass = true is the backward's own forward (cuda/delta_rule_backward_tensor_core.cu): no output, but every
 // operand to ≈ 16 bits — W and U as the prepare's hi + lo pairs (w, w_lo; u, u_lo), so V̄ = (U_hi + U_lo) −
 // (W_hi Sᵀ_hi + W_hi Sᵀ_lo + W_lo Sᵀ_hi), and the update's diag(γ_C/γ) V̄ as hi + lo (two products) — with
 // S_[c] rounded once and V̄ as a hi + lo pair written for the chunk-gradient kernel (`pairs`, required), and

@@ -14,7 +14,7 @@ struct ForwardIntermediates {
   void* w = nullptr;                 // [B, H, L, DK] dtype: W = T diag(β γ) K, read by the scan
   void* u = nullptr;                 // [B, H, L, DV] dtype: U = T diag(β) V, read by the scan
   // The residuals of W's and U's roundings (16-bit inputs; x = w + w_lo to about 16 bits for bf16): asked for by
-  // the tensor-core backward, whose own forward reads W and U as these pairs (cuda/delta_rule_backward_fast.cu).
+  // the tensor-core backward, whose own forward reads W and U as these pairs (cuda/delta_rule_backward_tensor_core.cu).
   void* w_lo = nullptr;              // [B, H, L, DK] dtype
   void* u_lo = nullptr;              // [B, H, L, DV] dtype
   // The register scan's masked scores P = Q Kᵀ ⊙ Γ ⊙ M, rounded once to the dtype, formed by the prepare

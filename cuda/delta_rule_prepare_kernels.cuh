@@ -1,6 +1,6 @@
 // Stage 1 of the chunkwise DeltaNet / Gated DeltaNet forward (and of the tensor-core backward's own
-// forward): wy_prepare_async_kernel, one block per (chunk, head), v10 of NOTES_delta.md ("Prepare v10"; v9,
-// wy_prepare_kernel, measured slower on the H200 and removed: commit c5339b7 has it). Included by delta_rule_forward_kernels.cuh, so that the CPU
+// forward): wy_prepare_async_kernel, one block per (chunk, head) (docs/kernels/delta_rule.md; the synchronous
+// wy_prepare_kernel before it measured slower on the H200 and was removed: commit c5339b7 has it). Included by delta_rule_forward_kernels.cuh, so that the CPU
 // emulation (property_tests/support/cuda_emulation.hpp) compiles this source under its own namespace too.
 //
 //   A = I + strictly_lower(diag(β) Γ ⊙ K Kᵀ)   fp32, Gram on mma.sync (bf16/fp16) or fp32 FMA
@@ -8,9 +8,9 @@
 //   W = T diag(βγ) K,  U = T diag(β) V          fp32 factor split hi + lo in the dtype, two mma.sync
 //   P = Q Kᵀ ⊙ Γ ⊙ M (p.scores given)            the register scan's masked scores, rounded once to the dtype:
 //                                                formed here, beside K Kᵀ, so that the sequential scan does not
-//                                                (NOTES_delta.md, "Scores in the prepare")
+//                                                (docs/kernels/delta_rule.md, "Scores in the prepare")
 //
-// What differs from v9 (whose time went to waiting, NOTES_delta.md): K (and Q, when the scores are formed)
+// What differs from the synchronous prepare (whose time went to waiting, docs/kernels/delta_rule.md): K (and Q, when the scores are formed)
 // is requested at once by cp.async, β and g alongside, and V once A is built (it lands while T is); the
 // Gram product is mma.sync straight into registers, where A is formed and stored; T is built in place of A
 // in one fp32 buffer, whose bytes then hold the factors' hi and lo parts (no separate factor space: 53 KB
@@ -169,7 +169,7 @@ __device__ __forceinline__ void invert_diagonal_blocks(float* sys) {
 }
 
 // One merge level S → 2S on every pair of S-blocks (r0 = 2S·pair): T21 = −T22 (A21 T11), fp32 fmaf, the
-// sums in m order (v9's, so the same bits). Pass 1: X = A21 T11 (≤ S terms), parked in the pair's upper
+// sums in m order (the synchronous prepare's, so the same bits). Pass 1: X = A21 T11 (≤ S terms), parked in the pair's upper
 // block; T11 is block lower triangular, so the threads of column group cg (16 columns) start at m = 16 cg.
 // Pass 2: T21 = −T22 X (≤ S terms, m ≤ i) in place of A21. Rows of A21 and T22 are read four at a time
 // (float4: every row and r0 are 16-byte aligned); each thread owns R rows of one column. Two barriers.

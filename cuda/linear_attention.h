@@ -4,7 +4,7 @@
 //
 // Three launchers, each validating every argument before anything runs:
 //   decode    — the token recurrence over T new tokens, state in and out (fp32, fp64 for fp64)
-//   forward   — chunkwise form (article's Equation 4), optionally exposing the boundary states S_[c]
+//   forward   — chunkwise form (Equation 4 of the derivation: proofs/linear_attention.md), optionally exposing the boundary states S_[c]
 //   backward  — dQ, dK, dV, dS_0 from dO and an optional incoming dS_L
 // Tensors are [B, H, rows, cols] with the column stride 1 and explicit batch/head/row strides
 // in elements (cuda/layout.hpp's Strides, in any order that keeps entries apart; `contiguous(...)`

@@ -1,5 +1,5 @@
 // Additive linear attention kernels and their launchers (linear_attention.cu validates, then launches
-// them). See linear_attention.h for the API and NOTES.md for the versions, their times and the roofline.
+// them). See linear_attention.h for the API and docs/kernels/linear_attention.md for the design, its times and the roofline.
 //
 // One kernel shape serves the whole chunkwise family: a *pass* scans the chunks of one sequence,
 //   out_[c] = Q_[c] S_[c]ᵀ + (Q_[c] K_[c]ᵀ ⊙ M) V_[c],   S_[c+1] = S_[c] + V_[c]ᵀ K_[c],
@@ -14,7 +14,7 @@
 // passes run as one fused reversed scan (they share their tiles and G).
 //
 // Every kernel takes a Policy: the seams through which the planted-bug tests run kernels broken on
-// purpose (DESIGN.md, numerical policy 5), as reference/linear_attention.hpp's Faithful does for the
+// purpose (the design page's numerical policy), as reference/linear_attention.hpp's Faithful does for the
 // oracle. The product library instantiates Faithful alone; the mutants live in the test-only target
 // (cuda/testing/linear_attention_planted.cu). Everything here has internal linkage: each .cu that
 // includes this header compiles its own instantiations.
@@ -186,87 +186,6 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Decode: the token recurrence, streaming the state once through registers.
-// A warp owns kDecodeRows state rows; lane l holds columns l, l+32, … (NC of them).
-// o_r = Σ_c S_rc q_c: each lane sums its NC columns in order, then a butterfly over the warp
-// (the same tree every run: deterministic).
-
-constexpr int kDecodeWarps = 4, kDecodeRows = 8;
-
-// Column j of lane l: l + 32·j (any DK), or 4·l + j when kFourPerLane (DK = 128, fp32 state,
-// 16-byte aligned rows): one 16-byte access per row per lane.
-template <int NC, bool kFourPerLane>
-__device__ __forceinline__ int decode_column(int lane, int j) {
-  return kFourPerLane ? lane * 4 + j : lane + 32 * j;
-}
-
-template <class T, class A, int NC, bool kFourPerLane, class Policy>
-__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams p) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const int row0 = (blockIdx.x * kDecodeWarps + warp) * kDecodeRows;
-  const int K = p.key_dim, V = p.value_dim;
-  const A* s_in = static_cast<const A*>(p.initial_state);
-  A* s_out = static_cast<A*>(p.final_state);
-  const std::int64_t in_base = b * p.initial_state_strides.batch + h * p.initial_state_strides.head;
-  const std::int64_t out_base = b * p.final_state_strides.batch + h * p.final_state_strides.head;
-  const bool read_state = s_in && Policy::reads_initial_state;
-
-  A s[kDecodeRows][NC];
-  for (int r = 0; r < kDecodeRows; ++r) {
-    const int row = row0 + r;
-    if constexpr (kFourPerLane) {
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (read_state && row < V)
-        x = *reinterpret_cast<const float4*>(s_in + in_base + row * p.initial_state_strides.row + lane * 4);
-      s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
-    } else {
-      for (int j = 0; j < NC; ++j) {
-        const int col = decode_column<NC, kFourPerLane>(lane, j);
-        s[r][j] = (read_state && row < V && col < K) ? s_in[in_base + row * p.initial_state_strides.row + col] : A(0);
-      }
-    }
-  }
-  const T* q = static_cast<const T*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
-  T* o = static_cast<T*>(p.output) + b * p.output_strides.batch + h * p.output_strides.head;
-  for (int t = 0; t < p.tokens; ++t) {
-    A kc[NC], qc[NC];
-    for (int j = 0; j < NC; ++j) {
-      const int col = decode_column<NC, kFourPerLane>(lane, j);
-      kc[j] = col < K ? to_acc<A>(k[t * p.k_strides.row + col]) : A(0);
-      qc[j] = col < K ? to_acc<A>(q[t * p.q_strides.row + col]) : A(0);
-    }
-    for (int r = 0; r < kDecodeRows; ++r) {
-      const int row = row0 + r;
-      const A vr = row < V ? to_acc<A>(v[t * p.v_strides.row + row]) : A(0);
-      A partial = 0;
-      for (int j = 0; j < NC; ++j) {
-        if constexpr (!Policy::decode_reads_updated_state) partial = fma(s[r][j], qc[j], partial);
-        s[r][j] = fma(vr, kc[j], s[r][j]);
-        if constexpr (Policy::decode_reads_updated_state) partial = fma(s[r][j], qc[j], partial);
-      }
-      for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
-      if (lane == 0 && row < V) o[t * p.output_strides.row + row] = from_acc<T>(partial);
-    }
-  }
-  for (int r = 0; r < kDecodeRows; ++r) {
-    const int row = row0 + r;
-    if (row >= V) continue;
-    if constexpr (kFourPerLane) {
-      *reinterpret_cast<float4*>(s_out + out_base + row * p.final_state_strides.row + lane * 4) =
-          make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-    } else {
-      for (int j = 0; j < NC; ++j) {
-        const int col = decode_column<NC, kFourPerLane>(lane, j);
-        if (col < K) s_out[out_base + row * p.final_state_strides.row + col] = s[r][j];
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------
 // Tensor-core pass (bf16 inputs, head dims ≤ 128): mma.sync m16n8k16 bf16 → fp32 with ldmatrix.
 // Block = one head (all value columns, zero-padded to 128), 16 warps, one block per SM: Q and K
 // are read once per head and each score block is computed once.
@@ -275,7 +194,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(DecodeParams 
 // The fp32 operands of the products, the state S and the masked scores P, enter the tensor cores
 // as a pair hi + lo of bf16 numbers (hi = bf16(x), lo = bf16(x − hi)), which carries x to a
 // relative 2⁻¹⁶: the error stays at fp32-accumulation level instead of the bf16 rounding a
-// single cast would add (bound: verify/linear_attention_kernel_bound.hpp). The input tiles
+// single cast would add (bound: kernel_checks/linear_attention_kernel_bound.hpp). The input tiles
 // are double-buffered: chunk c+1 is copied in (cp.async) while chunk c is computed.
 // The forward-type passes (forward, dQ) run pass_tensor_core_forward (below), where the state never
 // leaves the registers. The fused dK/dV pass, pass_tensor_core_dk_dv, runs the dV pass (q'=K, k'=Q,
@@ -343,7 +262,7 @@ __device__ __forceinline__ void load_tile(bf16* dst, const void* matrix, const S
   if (vec) {  // 8 columns per 16-byte copy; valid_cols and the strides are multiples of 8
     // A thread copies columns [c, c + 8) of rows i0, i0 + kRowStep, …: one source address per tile, advanced by a
     // fixed step. (Per-row addresses, hoisted by the compiler out of the chunk loop, cost the fused dK/dV pass 104
-    // bytes of spills at C = 64: NOTES.md, v12.)
+    // bytes of spills at C = 64: docs/kernels/linear_attention.md.)
     constexpr int kGroups = kTcDim / 8, kRowStep = kTcThreads / kGroups, kCopiesPerThread = 64 / kRowStep;
     static_assert(kTcThreads % kGroups == 0 && 64 % kRowStep == 0);
     const int i0 = threadIdx.x / kGroups, c = (threadIdx.x % kGroups) * 8;
@@ -609,22 +528,22 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_dk_dv(Pass p, 
 }
 
 // ---------------------------------------------------------------------------------------
-// Tensor-core forward pass (the forward and the dQ pass), v10: the state never goes through shared
-// memory. ncu on v9's pass (NOTES.md, session 11) put the shared-memory pipe at 69 % of its wavefronts,
+// Tensor-core forward pass (the forward and the dQ pass): the state never goes through shared
+// memory. ncu on the earlier pass that staged it there (docs/kernels/linear_attention.md) put the shared-memory pipe at 69 % of its wavefronts,
 // 40 % of them the state's hi/lo copy that each of four row-block warps read for Q Sᵀ. Here each warp
 // multiplies its own state slice (the accumulators of pass_tensor_core_dk_dv's layout: rows 16·(w%8).., keys
 // 64·(w/8)..) into the output, transposed: Oᵀ = S Qᵀ, the accumulators split hi + lo in registers as the A
 // operand (two neighbouring n8 accumulator tiles are one k16 A fragment). Oᵀ += Vᵀ Pᵀ over half of P's
 // column blocks (the other half in the other key half's warp, the same work), and the two key halves'
 // partial Oᵀ meet in shared memory: each half publishes its partial of the other half's token tiles and adds
-// the other's into its own, writing O as bf16 into a tile that the block stores row by row (v10b, NOTES.md).
+// the other's into its own, writing O as bf16 into a tile that the block stores row by row (docs/kernels/linear_attention.md).
 // Per chunk:
 //   1. wait for chunk c; barrier; start copying chunk c + 1 (every read of its buffer, chunk c − 1's, is
 //      behind that barrier);
 //   2. score blocks → P as hi/lo (tc_scores); Oᵀ = S_[c] Qᵀ over this warp's keys; S += Vᵀ K; barrier;
 //   3. Oᵀ += Vᵀ Pᵀ over this warp's column blocks of P; barrier; the pair's partials summed into the
 //      output tile; barrier; O stored.
-// Sums: the same products as v9's tc_output (the same hi/lo operands), in another order: per key half, the
+// Sums: the same products as tc_output (the same hi/lo operands), in another order: per key half, the
 // state products k-step by k-step, then P's; the halves added once.
 
 struct TcForwardLayout {
@@ -746,10 +665,10 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
     }
     // Full barriers: the upper half has nothing to do before the next chunk's first barrier anyway. (A version
     // with named barriers, one per warp pair and one for the lower half, made racecheck report hazards between
-    // P's writes and reads on runs of several chunks, session 11; why was not pinned down.)
+    // P's writes and reads on runs of several chunks; why was not pinned down.)
     // Each half sums the pair's partials of half of the token tiles (the lower half the first ones): it publishes
     // its partial of the other half's tiles and adds the other's into its own (fp32 addition commutes: the bits
-    // of v10's lower + upper).
+    // of lower + upper).
     float4* pair = partials + state_block * kTokenTiles * 32 + lane;
     constexpr int kHalf = kTokenTiles / 2;
     const auto publish = [&](int n) { pair[n * 32] = make_float4(O[n][0], O[n][1], O[n][2], O[n][3]); };
@@ -972,8 +891,7 @@ void launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   run_pass<Policy>(b.dv, bp.dtype, b.vec, stream);
 }
 
-// The row-group decode of cuda/decode_kernels.cuh (decode_kernel above is the previous version, kept
-// until the H200 has timed both: NOTES.md).
+// The decode: cuda/decode_kernels.cuh's row-group stream.
 template <class T, class A, class Policy>
 void run_decode(const DecodeParams& p, cudaStream_t stream) {
   decoding::DecodeView view = decoding::view_of(p);

@@ -1,7 +1,7 @@
 // Certificate for proofs/delta_rule.md: for each listed shape, every DeltaNet form of
 // reference/delta_rule.hpp equals its neighbours for ALL inputs of that shape (q, k, v, β, S_0,
 // and for the backward the cotangents and a direction), by Schwartz–Zippel identity testing
-// (proofs/identity_testing.hpp). One shape uses the article's 16 → 32 → 64 block merges.
+// (proofs/identity_testing.hpp). One shape uses the derivation's 16 → 32 → 64 block merges.
 //
 // Built twice: faithful, and with DELTAPROOF_PLANTED (the block merge's off-diagonal with the
 // wrong sign, T21 = +T22 A21 T11), which ctest expects to fail (WILL_FAIL).

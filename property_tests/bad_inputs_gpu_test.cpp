@@ -10,10 +10,10 @@
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
 #include "property_tests/support/gpu.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>

@@ -11,9 +11,9 @@
 
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -253,7 +253,7 @@ TEST(DecodeCpuEmulation, DeltaRuleMatchesTheOracle) {
   }
 }
 
-// DESIGN.md's accuracy inputs (normalized keys, sigmoid β, gates near 1, real-valued q, v) at the
+// The design page's accuracy inputs (normalized keys, sigmoid β, gates near 1, real-valued q, v) at the
 // benchmark's head dims, S_0 taken from a random state: values that are not small dyadic integers.
 TEST(DecodeCpuEmulation, DeltaRuleMatchesTheOracleOnDesignInputs) {
   DELTAPROOF_EMULATION_REQUIRE_X86_64();

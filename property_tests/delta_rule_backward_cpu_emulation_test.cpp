@@ -1,5 +1,5 @@
 // The backward kernels' own source (cuda/delta_rule_backward_kernels.cuh) executed on the CPU, and
-// judged by the same stage checks as the GPU runs (verify/delta_rule_backward_stages.hpp).
+// judged by the same stage checks as the GPU runs (kernel_checks/delta_rule_backward_stages.hpp).
 //
 // NOT a GPU result: the blocks run on the emulated machine of support/cuda_emulation.hpp (its header
 // says what it checks and what it cannot). What this proves: the kernels' indices, loop bounds,
@@ -12,7 +12,7 @@
 
 #include "cuda/delta_rule.h"
 #include "property_tests/support/gpu.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -214,7 +214,7 @@ TEST(DeltaRuleBackwardCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i]->data == o[i]->data) << "tensor #" << i;
 }
 
-// The case seed 28 of the GPU suite's ChunkSizesAgree drew (session 13): DK = 1, |k| = 1, β = 1 make
+// The case seed 28 of the GPU suite's ChunkSizesAgree drew: DK = 1, |k| = 1, β = 1 make
 // I − β k kᵀ = 0, so dS_0 = 0 over ℝ, while the kernels' fp32 terms of size |dO||q| leave a residue at every C.
 // The normwise agreement alone (τ times a zero norm) refused it; with the terms' magnitudes the allowance holds
 // what accumulation can leave, and still refuses a gradient off by 2⁻¹⁶ of its terms.
@@ -293,7 +293,7 @@ TEST(DeltaRuleBackwardCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSize) {
     }
 }
 
-// DESIGN.md's accuracy inputs at a reduced shape (bf16, L=128, D=32, C=64): every gradient's relative
+// The design page's accuracy inputs at a reduced shape (bf16, L=128, D=32, C=64): every gradient's relative
 // L2 against float64, printed and held to the 3.5e-3 target (the H200 run measures D=128, L=512).
 TEST(DeltaRuleBackwardCpuEmulation, AccuracyAtAReducedDesignShape) {
   DELTAPROOF_EMULATION_REQUIRE_X86_64();

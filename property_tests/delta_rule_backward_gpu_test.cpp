@@ -1,6 +1,6 @@
 // DeltaNet and Gated DeltaNet backward kernel (cuda/delta_rule.h: delta_rule_backward) against the
 // oracle, stage by stage, and its gradients end to end. The runs, the stage checks and their bounds
-// live in verify/delta_rule_backward_stages.hpp; this file holds the generators, the regimes and the
+// live in kernel_checks/delta_rule_backward_stages.hpp; this file holds the generators, the regimes and the
 // assertions over the verify::Comparison rows those return.
 //
 // DeltaRuleBackwardChecks.* run without a device (the checker itself: it accepts the exact oracle,
@@ -11,10 +11,10 @@
 #include "property_tests/support/gpu.hpp"
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
-#include "verify/case_rules.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
+#include "property_tests/support/case_rules.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -43,6 +43,8 @@ namespace dt = deltaproof::verify;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 using deltaproof::testing::check_cases;
+using deltaproof::testing::awkward_head_dims;
+using deltaproof::testing::kernel_chunk_sizes;
 
 // The case, then every stage outside its bound.
 std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) {
@@ -875,7 +877,7 @@ TEST(DeltaRuleBackwardGpu, InvalidPointersThrowBeforeAnyLaunch) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Accuracy at DESIGN.md's shape: bf16, B=2, H=4, L=512, D=128 (q ~ N(0,1)/√D, k normalized,
+// Accuracy at the design page's shape: bf16, B=2, H=4, L=512, D=128 (q ~ N(0,1)/√D, k normalized,
 // v ~ N(0,1), β = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3)), dO ~ n/4 (exact in bf16); relative
 // L2 of every gradient against the float64 token recurrence on the same rounded inputs.
 

@@ -28,7 +28,7 @@ RC_GTEST_PROP(DeltaRuleForms, TriangularSolvesAgreeIncludingBlocks, ()) {
   check_triangular_solves_agree(dr::wy_system<Exact>(k, beta), *gen_base_block(), *gen_base_block());
 }
 
-// C = 128 with the article's 16×16 base blocks (16 → 32 → 64 → 128) and a recursive base of 16;
+// C = 128 with the derivation's 16×16 base blocks (16 → 32 → 64 → 128) and a recursive base of 16;
 // one case, since an exact 128×128 inverse of an unnormalized system costs about a second.
 TEST(DeltaRuleForms, TriangularSolvesAgreeAtC128) {
   ref::RandomDyadic rng(128);

@@ -2,7 +2,7 @@
 // wy_prepare_async_kernel, then the register scan chunk_scan_registers_kernel) executed on the CPU
 // emulation of CUDA blocks (support/cuda_emulation.hpp: ldmatrix, mma.sync, cp.async and WMMA as
 // the PTX ISA defines them), every intermediate read back and judged by the GPU suite's stage checks
-// (verify/delta_rule_stages.hpp, as property_tests/delta_rule_gpu_test.cpp). NOT a GPU result; it
+// (kernel_checks/delta_rule_stages.hpp, as property_tests/delta_rule_gpu_test.cpp). NOT a GPU result; it
 // is what a tensor-core kernel must pass before GPU time is spent on it. mma.sync here sums exactly
 // and truncates once to fp32, the truncating end of the bounds' u_acc; expf is glibc's.
 //
@@ -13,7 +13,7 @@
 
 #include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
-#include "verify/delta_rule_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -200,7 +200,7 @@ TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracle) {
   }
 }
 
-// DESIGN.md's accuracy inputs (normalized keys, sigmoid β, gates near 1) at a reduced shape: the
+// The design page's accuracy inputs (normalized keys, sigmoid β, gates near 1) at a reduced shape: the
 // stage checks again, on values that are not small integers.
 TEST(DeltaRuleForwardCpuEmulation, StagesMatchTheOracleOnDesignInputs) {
   DELTAPROOF_EMULATION_REQUIRE_X86_64();

@@ -1,15 +1,15 @@
 // DeltaNet and Gated DeltaNet kernels (cuda/delta_rule.h) against the oracle, stage by stage.
 // The cases, runs and stage checks (with the derivation of their bounds) live in
-// verify/delta_rule_stages.hpp; this file holds the generators, the regimes and assertions over the
+// kernel_checks/delta_rule_stages.hpp; this file holds the generators, the regimes and assertions over the
 // verify::Comparison rows those checks return.
 #include "cuda/delta_rule.h"
 #include "property_tests/support/bounded_property.hpp"
 #include "property_tests/support/gpu.hpp"
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
-#include "verify/case_rules.hpp"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
+#include "property_tests/support/case_rules.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -38,6 +38,9 @@ namespace dt = deltaproof::verify;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 using deltaproof::testing::check_cases;
+using deltaproof::testing::awkward_head_dims;
+using deltaproof::testing::kernel_chunk_sizes;
+using deltaproof::testing::boundary_lengths;
 namespace dr = ref::delta_rule;
 namespace gdr = ref::gated_delta_rule;
 
@@ -510,7 +513,7 @@ TEST(DeltaRuleStageChecks, AcceptTheOracleOnRegimes) {  // runs without a device
 
 // W and U are stored in the input dtype. Gated W entries can be tiny (5e-7 and below: a decayed
 // β γ k cancelling against T's correction), inside fp16's subnormal range (below 2⁻¹⁴), where
-// storing rounds by up to η = 2⁻²⁵ absolute, not by u|x|: the H200 run of issue 11 found W rows
+// storing rounds by up to η = 2⁻²⁵ absolute, not by u|x|: an H200 run found W rows
 // at err/bound 1.3-12 there with seeds other than CI's. The oracle's own W and U, stored as the
 // kernel stores them, must be accepted; the cases must reach the subnormal range. Runs without a device.
 TEST(DeltaRuleStageChecks, StoringWAndUInFp16SubnormalsIsWithinBound) {
@@ -544,7 +547,7 @@ TEST(DeltaRuleGpu, StageChecksCatchPlantedBugs) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Accuracy at DESIGN.md's shape: bf16, B=2, H=4, L=512, D=128; q ~ N(0,1)/√D, k = normalize(N(0,1)),
+// Accuracy at the design page's shape: bf16, B=2, H=4, L=512, D=128; q ~ N(0,1)/√D, k = normalize(N(0,1)),
 // v ~ N(0,1), β = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3); relative L2 of the output against
 // a float64 recurrence on the same rounded inputs.
 

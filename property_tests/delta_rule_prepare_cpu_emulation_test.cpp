@@ -1,14 +1,14 @@
-// The v10 WY prepare (cuda/delta_rule_prepare_kernels.cuh: wy_prepare_async_kernel) on the CPU emulation of
+// The asynchronous WY prepare (cuda/delta_rule_prepare_kernels.cuh: wy_prepare_async_kernel) on the CPU emulation of
 // CUDA blocks (support/cuda_emulation.hpp), for what delta_rule_forward_cpu_emulation_test.cpp (16-bit inputs,
 // head dims multiples of 8, the register scan) does not reach: fp32 inputs, odd and wide head dims (plain loads
 // instead of cp.async), every C, each followed by the fallback scan (chunk_scan_shared_kernel) and judged by the
-// GPU suite's stage checks (v10 gave v9's bits on these cases, the same arithmetic rearranged, until v9 left
-// the tree at c5339b7); and bugs planted in its own arithmetic as compile-time policies, each caught by the T rows.
+// GPU suite's stage checks (it gave the synchronous prepare's bits on these cases, the same arithmetic
+// rearranged, until that kernel left the tree at c5339b7); and bugs planted in its own arithmetic as compile-time policies, each caught by the T rows.
 // NOT a GPU result (see the emulation's header for what it cannot show).
 #include "property_tests/support/cuda_emulation.hpp"
 
 #include "cuda/delta_rule.h"
-#include "verify/delta_rule_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -228,7 +228,7 @@ TEST(DeltaRulePrepareCpuEmulation, StridedInputsGiveTheSameBits) {
   }
 }
 
-// Bugs planted in v10's inverse: the T rows (and the per-block rows T16, T32, T64) must reject each.
+// Bugs planted in the prepare's inverse: the T rows (and the per-block rows T16, T32, T64) must reject each.
 TEST(DeltaRulePrepareCpuEmulation, PlantedBugsInTheInverseAreCaught) {
   DELTAPROOF_EMULATION_REQUIRE_X86_64();
   DeltaCase c;

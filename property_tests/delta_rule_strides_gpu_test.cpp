@@ -6,9 +6,9 @@
 // is then placed one element off 16 bytes, which sends it to the fallback too.
 #include "cuda/delta_rule.h"
 #include "property_tests/support/gpu.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
 
 #include <gtest/gtest.h>
 

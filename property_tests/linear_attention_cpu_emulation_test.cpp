@@ -3,7 +3,7 @@
 // fused dK/dV pass) executed on the CPU emulation of CUDA blocks (support/cuda_emulation.hpp), with the
 // passes the product's launchers build (forward_pass, backward_passes), and judged by the GPU suite's
 // verdicts (verify::linear_attention::judge_forward, judge_backward: the oracle on the exact values of the
-// rounded inputs, within verify/linear_attention_kernel_bound.hpp). NOT a GPU result: mma.sync sums
+// rounded inputs, within kernel_checks/linear_attention_kernel_bound.hpp). NOT a GPU result: mma.sync sums
 // exactly and truncates once, threads run in a chosen order between barriers, memory is NaN-poisoned.
 // What it shows before GPU time is spent: fragment layouts, the transposed output and its exchange between
 // the key halves, partial chunks, both copy paths (16-byte and element-wise), S_0 and every entry written.
@@ -12,7 +12,7 @@
 
 #include "cuda/linear_attention.h"
 #include "verify/comparison.hpp"
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>

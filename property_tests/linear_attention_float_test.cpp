@@ -4,7 +4,7 @@
 // very values the float form sees. The bound is the one derived in linear_attention.hpp:
 //   |computed − exact| <= γ_m(u) · form(|inputs|) elementwise, m = L + DK + DV + 4,
 // valid for every form and every summation order (Higham, Thm 3.1). The observed err/bound ratio
-// is printed so the bound's slack is on record (calibration, DESIGN.md policy 2).
+// is printed so the bound's slack is on record (calibration, the design page's numerical policy).
 #include "property_tests/linear_attention_properties.hpp"
 
 #include <gtest/gtest.h>

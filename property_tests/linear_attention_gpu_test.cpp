@@ -1,8 +1,8 @@
 // Linear attention kernels (cuda/linear_attention.h) against the exact oracle
 // (reference/linear_attention.hpp), on the exact values of the kernels' rounded inputs.
 //
-// The cases, kernel runs, bounds and comparisons are verify/linear_attention_kernel_checks.hpp's
-// (the bound itself is derived in verify/linear_attention_kernel_bound.hpp: inputs rounded once on
+// The cases, kernel runs, bounds and comparisons are kernel_checks/linear_attention_kernel_checks.hpp's
+// (the bound itself is derived in kernel_checks/linear_attention_kernel_bound.hpp: inputs rounded once on
 // the host, fp32/fp64 accumulation along chains of depth m = L + ceil(L/C) + DK + DV + C + 8, one
 // final rounding of a bf16/fp16 output). This file holds the generators and the assertions over the
 // verify::Comparison rows: a property fails when any row (one tensor of one head) is outside its
@@ -12,9 +12,9 @@
 #include "property_tests/support/gpu.hpp"
 #include "reference/error_report.hpp"
 #include "reference/linear_attention.hpp"
-#include "verify/case_rules.hpp"
-#include "verify/device_tensors.hpp"
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "property_tests/support/case_rules.hpp"
+#include "kernel_checks/device_tensors.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -52,7 +52,7 @@ struct GpuLimits {
 rc::Gen<DType> gen_dtype() { return rc::gen::element(DType::f32, DType::bf16, DType::f16, DType::f64); }
 
 // C ∈ {16, 32, 64}; L ∈ {1, 2, C−1, C, C+1, 2C+3} or anything up to the cap; awkward head dims
-// (verify/case_rules.hpp). Shrinking reduces the shape; the seed is printed with it.
+// (property_tests/support/case_rules.hpp). Shrinking reduces the shape; the seed is printed with it.
 rc::Gen<CudaCase> gen_gpu_case(GpuLimits limits = {}) {
   auto shape = rc::gen::mapcat(rc::gen::elementOf(kernel_chunk_sizes()), [limits](Index C) {
     auto length = rc::gen::oneOf(rc::gen::elementOf(boundary_and_partial_lengths(C)),
@@ -244,7 +244,7 @@ TEST(LinearAttentionGpu, RepeatedRunsAreBitwiseEqual) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Accuracy at the DESIGN.md shape: bf16, B=2, H=4, L=512, DK=DV=128; q ~ N(0,1)/√D,
+// Accuracy at the design page's shape: bf16, B=2, H=4, L=512, DK=DV=128; q ~ N(0,1)/√D,
 // k = normalize(N(0,1)), v ~ N(0,1), dO ~ N(0,1). Reference: the oracle in double on the exact
 // bf16 values of the inputs (double's error, ~1e-16·L relative, is far below what is measured).
 

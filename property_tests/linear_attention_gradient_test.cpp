@@ -42,7 +42,7 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardEqualsExactDirectionalDerivative
 
 // Central differences in High (100 digits) with step h = 1e-20. L(x + t·u) is a cubic in t,
 // so the truncation error is h²/6·|L'''| ≈ 1e-41·|L'''| and rounding about 1e-100·|L|/h = 1e-80·|L|:
-// both far below the 1e-25 relative tolerance the issue sets.
+// both far below the 1e-25 relative tolerance the test asserts.
 RC_GTEST_PROP(LinearAttentionGradients, BackwardMatchesCentralDifferencesInHigh, ()) {
   const auto c = *gen_linear_attention_case({.max_length = 40, .max_dim = 10});
   const auto x = ref::params_cast<High>(params_of(c.inputs));

@@ -1,4 +1,4 @@
-// One-million-token sequences and tensors past 2³¹ elements on the kernels (issue 14), judged by
+// One-million-token sequences and tensors past 2³¹ elements on the kernels, judged by
 // verify::judge against the double oracle. Label "gpu;long": skipped without a device, and kept out
 // of the sanitizer runs (each test holds ≈ 26 GB of device memory).
 //
@@ -9,7 +9,7 @@
 // entries lie past 2³¹, is judged entry by entry against the oracle within verify::judge's bounds.
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/device_tensors.hpp"
 #include "verify/judge.hpp"
 
 #include <Eigen/Core>

@@ -1,4 +1,4 @@
-// Public functions of the oracle that no other CPU test calls (issue 14: "every public function of
+// Public functions of the oracle that no other CPU test calls ("every public function of
 // the oracle exercised by a CPU test"). Before this file, linear attention's batched backward and
 // tensor_cast were reached only from GPU tests, Gated DeltaNet's batched forms and with_gates from
 // nothing on the CPU, and the helpers below only through the forms built on them (chunk_backward,

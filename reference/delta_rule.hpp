@@ -1,4 +1,4 @@
-// DeltaNet: every intermediate form of the article's derivation, forward and backward.
+// DeltaNet: every intermediate form of the derivation (proofs/delta_rule.md), forward and backward.
 //
 //   S_t = S_{t-1} (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ,   o_t = S_t q_t,   S ∈ R^{DV×DK} (value-by-key)
 //
@@ -278,7 +278,7 @@ struct BlockInverse {
   std::vector<std::vector<Matrix<Scalar>>> merged_levels;
 };
 
-// (ii) The article's GPU schedule: invert the base×base diagonal blocks by forward
+// (ii) The derivation's GPU schedule: invert the base×base diagonal blocks by forward
 // substitution, then merge neighbours level by level (16 → 32 → 64 …) with T21 = −T22 A21 T11.
 // Any n: A is padded with the identity to base·2^m, which leaves the top-left n×n of A⁻¹ unchanged.
 template <class Scalar, class Policy = Faithful>
@@ -308,7 +308,7 @@ BlockInverse<Scalar> invert_unit_lower_blocked(const Matrix<Scalar>& a, Index ba
 }
 
 // (iii) General recursive merge: split at n/2, invert both halves recursively, merge; blocks
-// of at most base_block rows are inverted by forward substitution. Any n (the article's case is
+// of at most base_block rows are inverted by forward substitution. Any n (the derivation's case is
 // a power of two) and any base block size >= 1.
 template <class Scalar, class Policy = Faithful>
 Matrix<Scalar> invert_unit_lower_recursive(const Matrix<Scalar>& a, Index base_block) {

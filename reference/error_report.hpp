@@ -95,7 +95,7 @@ ErrorSummary compare(const std::string& name, const Matrix<T>& candidate, const 
   return r;
 }
 
-// Relative L2 error ‖candidate − reference‖ / ‖reference‖, the figure DESIGN.md quotes.
+// Relative L2 error ‖candidate − reference‖ / ‖reference‖, the figure the design page's accuracy targets quote.
 template <class T>
 double relative_l2(const Matrix<T>& candidate, const Matrix<T>& reference) {
   const T num = (candidate - reference).cwiseProduct(candidate - reference).sum();

@@ -100,7 +100,7 @@ Forward<Scalar> token_recurrence(const Inputs<Scalar>& in) {
   return out;
 }
 
-// The article's Equation 4: scan S_[c+1] = S_[c] + V_[c]ᵀ K_[c], then per chunk
+// Equation 4 of the derivation: scan S_[c+1] = S_[c] + V_[c]ᵀ K_[c], then per chunk
 // O_[c] = Q_[c] S_[c]ᵀ + (Q_[c] K_[c]ᵀ ⊙ M_C) V_[c].
 template <class Scalar, class Policy = Faithful>
 ChunkwiseForward<Scalar> chunkwise(const Inputs<Scalar>& in, Index chunk_size) {
@@ -286,7 +286,7 @@ auto loss_of(Form form, Index chunk_size, const Cotangents<Exactly>& cot) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Rounding-error bounds (DESIGN.md, numerical policy 2).
+// Rounding-error bounds (the design page's numerical policy).
 //
 // Every entry of o, S_L and of each gradient is a sum of products of inputs with coefficient +1,
 // so Σ|terms| is the same form evaluated on |inputs|. Any of the forms above, in a floating

@@ -1,7 +1,7 @@
 // Scalar types of the oracle and exact conversions between them.
 //
 // Every form in reference/ is a template over `Scalar`; these are the instantiations the
-// project uses (DESIGN.md, "Scalar types of the oracle"). Boost numbers are used with
+// project uses (the design page's scalar types of the oracle). Boost numbers are used with
 // expression templates off: Eigen's expression templates and Boost's do not compose.
 #pragma once
 

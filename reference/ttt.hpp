@@ -31,7 +31,7 @@ namespace deltaproof::ref::ttt {
 // ---------------------------------------------------------------------------------------
 // Inner losses ℓ(f, v) on the model's output f for target v: the value (generic, so that a plain
 // gradient-descent loop can differentiate it with dual numbers) and ∂ℓ/∂f (closed form, the
-// article's v̂ = −η ∂ℓ/∂f).
+// derivation's v̂ = −η ∂ℓ/∂f).
 
 // ℓ = ½‖f − v‖²  →  DeltaNet
 struct SquaredBinding {

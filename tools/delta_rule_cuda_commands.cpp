@@ -1,11 +1,11 @@
 // `deltaproof verify --impl cuda --op delta|gated-delta`: the DeltaNet / Gated DeltaNet kernels on
 // one seeded case (bf16; --L, --C in {16, 32, 64}, --dk, --dv, --seed; S_0 given), every stage
-// against the oracle within its derived bound (verify/delta_rule_stages.hpp, the same checks the
+// against the oracle within its derived bound (kernel_checks/delta_rule_stages.hpp, the same checks the
 // GPU tests run), then the output end to end against a float64 recurrence. Table printing only:
 // every row is a verify::Comparison.
 #include "cuda/check.hpp"
 #include "tools/commands.hpp"
-#include "verify/delta_rule_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <iostream>

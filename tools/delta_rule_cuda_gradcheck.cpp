@@ -1,14 +1,14 @@
 // `deltaproof gradcheck --impl cuda --op delta|gated-delta`: the DeltaNet / Gated DeltaNet backward
 // kernel on one seeded case (--L, --C in {16, 32, 64}, --dk, --dv, --seed; S_0 and dS_L given):
 //   1. every backward stage, bf16 and fp64, against the oracle within its derived bound
-//      (verify/delta_rule_backward_stages.hpp, the checks the GPU tests run), one row per stage;
+//      (kernel_checks/delta_rule_backward_stages.hpp, the checks the GPU tests run), one row per stage;
 //   2. the bf16 gradients end to end against the float64 token recurrence (normwise, 16·u_bf16);
 //   3. the fp64 backward against directional central differences of its own fp64 forward, one
 //      random direction per input tensor (q, k, v, β, g, S_0), the exact truncation gap removed.
 // Exit 0 when every row agrees, 1 otherwise, 2 for an unusable case (one line on stderr).
 #include "cuda/check.hpp"
 #include "tools/commands.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <nlohmann/json.hpp>

@@ -7,7 +7,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends \
-  build-essential cmake ninja-build pkg-config python3 \
+  build-essential cmake ninja-build pkg-config ccache python3 \
   libeigen3-dev libboost-dev libgmp-dev libmpfr-dev \
   libgtest-dev librapidcheck-dev libbenchmark-dev libcli11-dev \
   nlohmann-json3-dev libzip-dev \

@@ -1,13 +1,13 @@
 // `deltaproof verify|gradcheck --op linear --impl cuda`: the CUDA kernels on one seeded case,
 // against the exact oracle evaluated on the exact values of the kernels' rounded inputs. The runs,
-// bounds and comparisons are verify/linear_attention_kernel_checks.hpp's (the GPU tests call the
+// bounds and comparisons are kernel_checks/linear_attention_kernel_checks.hpp's (the GPU tests call the
 // same functions); this file turns the tool's case into theirs and prints their rows.
 #include "cuda/linear_attention.h"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
 #include "tools/linear_attention_case.hpp"
 #include "tools/report.hpp"
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <cstdio>
@@ -89,7 +89,7 @@ int verify_linear_attention_cuda(const CaseOptions& o) {
   std::cout << "forward kernel (output o, final state S_L) vs the exact oracle\n" << verify::format_rows(forward, forward_labels)
             << "\nbackward kernel (dq, dk, dv, dS_0 of <dO, o> + <dS_L, S_L>) vs the exact oracle\n"
             << verify::format_rows(backward, backward_labels);
-  std::cout << "\nbound (verify/linear_attention_kernel_bound.hpp): c*form(|inputs|) + u_out*(|exact| + c*form(|inputs|)),\n"
+  std::cout << "\nbound (kernel_checks/linear_attention_kernel_bound.hpp): c*form(|inputs|) + u_out*(|exact| + c*form(|inputs|)),\n"
             << "c = gamma_m(u_acc) (+ 2^-16 for the bf16 tensor-core pass), m = L + ceil(L/C) + DK + DV + C + 8 = "
             << vla::kernel_rounding_depth(o.length, o.chunk_size, o.key_dim, o.value_dim)
             << ", u_out = 2^-8 (bf16), 2^-11 (fp16), 0 otherwise\n";

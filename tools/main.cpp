@@ -7,6 +7,7 @@
 //   deltaproof verify    --op ttt|lact [--L --C --dk --dv --seed]      (TTT: --C is the mini-batch size b)
 //   deltaproof masks     [--schedule update-apply|apply-update|single] [--L --C --window]
 //                        [--fast-weight linear|swiglu] [--dk --dv --seed]
+//   deltaproof --version
 //   deltaproof check     --op linear|delta|gated-delta --inputs IN --outputs OUT [--grads G]
 //                        [--layout bhld|blhd] [--cu-seqlens] [--scale X] [--qk-l2norm] [--tf32] [--json]
 //                        (IN, OUT, G: .safetensors or .npz; see verify/tensor_file.hpp; NaN or ±Inf
@@ -14,6 +15,7 @@
 //
 // Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
 #include "tools/commands.hpp"
+#include "verify/version.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -139,6 +141,7 @@ int run_command_line(int argc, char** argv);
 int deltaproof::tools::run_command_line(int argc, char** argv) {
   CLI::App app{"deltaproof: exact verification of linear-attention forms and kernels"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("deltaproof ") + deltaproof::verify::version());
   CaseOptions verify_options;
   // Finite differences cost two forward passes per input element: a smaller default case.
   CaseOptions gradcheck_options;
@@ -210,6 +213,8 @@ int deltaproof::tools::run_command_line(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "deltaproof: " << e.what() << "\n";

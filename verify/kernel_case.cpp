@@ -37,6 +37,15 @@ DType parse_dtype(const std::string& s) {
   throw std::invalid_argument("dtype: expected bf16, fp16, fp32 or fp64 (got '" + s + "')");
 }
 
+std::string name_of(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return "fp64";
+    case DType::f32: return "fp32";
+    case DType::bf16: return "bf16";
+    default: return "fp16";
+  }
+}
+
 double unit_roundoff(DType d) {
   switch (d) {
     case DType::bf16: return 0x1p-8;

@@ -12,7 +12,6 @@
 // packed axis, states reset at every boundary; N = len(cu_seqlens) − 1 sequences, each may be empty.
 #pragma once
 
-#include "cuda/types.hpp"
 #include "verify/comparison.hpp"
 
 #include <optional>
@@ -21,13 +20,16 @@
 
 namespace deltaproof::verify {
 
-using DType = cuda::DType;
+// Element types of the tensors a kernel reads and writes (the kernel's own accumulation is its model's:
+// kernel_model.hpp).
+enum class DType { f32, f64, bf16, f16 };
 
 enum class Op { linear, delta, gated_delta };
 enum class Layout { bhld, blhd };
 
 std::string name_of(Op op);          // "linear", "delta", "gated-delta"
 std::string name_of(Layout layout);  // "bhld", "blhd"
+std::string name_of(DType dtype);    // "fp32", "fp64", "bf16", "fp16"
 Op parse_op(const std::string& s);            // throws std::invalid_argument naming --op
 Layout parse_layout(const std::string& s);    // throws std::invalid_argument naming --layout
 DType parse_dtype(const std::string& s);      // "bf16", "fp16", "fp32", "fp64" (also torch/numpy names)

@@ -185,7 +185,7 @@ std::vector<unsigned char> encode_tensor(const std::string& path, const std::str
     if (std::isfinite(x) && round_to(t.dtype, x) != x) {
       char text[64];
       std::snprintf(text, sizeof text, "%.17g", x);
-      fail(path, name, "entry " + std::to_string(i) + " (" + text + ") is not exactly representable in " + cuda::name_of(t.dtype));
+      fail(path, name, "entry " + std::to_string(i) + " (" + text + ") is not exactly representable in " + name_of(t.dtype));
     }
     store_unsigned(encode_float(type, x), bytes_of(type), out);
   }
@@ -754,7 +754,7 @@ KernelCase read_kernel_case(const std::string& path, const CaseFlags& flags) {
   c.d_o = take_floating(path, f, "do");
   c.d_ht = take_floating(path, f, "dht");
   if (f.floating.count("cu_seqlens"))
-    fail(path, "cu_seqlens", "stored as " + cuda::name_of(f.floating.at("cu_seqlens").dtype) + ", expected int32 or int64");
+    fail(path, "cu_seqlens", "stored as " + name_of(f.floating.at("cu_seqlens").dtype) + ", expected int32 or int64");
   const auto cu = f.integer.find("cu_seqlens");
   if (flags.varlen) {
     if (cu == f.integer.end()) fail(path, "cu_seqlens", "missing (varlen inputs need it; the file holds " + names_of(f) + ")");

@@ -1,10 +1,10 @@
 // Test-only: the DeltaNet / Gated DeltaNet kernels one stage at a time, with their intermediates
 // written where the caller gives them (cuda/delta_rule_launch.h), for the stage checks
-// (verify/delta_rule_stages.hpp, delta_rule_backward_stages.hpp) and the per-stage benchmarks. Not what
+// (kernel_checks/delta_rule_stages.hpp, delta_rule_backward_stages.hpp) and the per-stage benchmarks. Not what
 // a user calls: cuda/delta_rule.h's forward, backward and decode.
 #pragma once
 
-#include "cuda/delta_rule_backward_fast.h"
+#include "cuda/delta_rule_backward_tensor_core.h"
 #include "cuda/delta_rule_launch.h"
 
 #include <cstddef>
@@ -35,7 +35,7 @@ void backward_state_scan(const BackwardStageParams& p, cudaStream_t stream = nul
 void backward_gradient_scan(const BackwardStageParams& p, cudaStream_t stream = nullptr);    // 3
 void backward_chunk_gradients(const BackwardStageParams& p, cudaStream_t stream = nullptr);  // 4
 
-// The per-stage entries above are the fp32 FMA kernels' (v1) whatever the dtype; backward() takes the
+// The per-stage entries above are the fp32 FMA kernels' whatever the dtype; backward() takes the
 // tensor-core path where tensor_core_backward_applies. Its kernels one at a time (per-stage timing):
 void backward_tensor_core_stage(const BackwardStageParams& p, TensorCoreStage stage, cudaStream_t stream = nullptr);
 

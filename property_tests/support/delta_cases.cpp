@@ -1,6 +1,6 @@
 #include "property_tests/support/delta_cases.hpp"
 
-#include "verify/case_rules.hpp"
+#include "property_tests/support/case_rules.hpp"
 
 namespace deltaproof::testing {
 
@@ -28,7 +28,7 @@ rc::Gen<DeltaRegime> gen_delta_regime() {
 
 namespace {
 rc::Gen<Exact> gen_gate(GateRegime regime) {
-  using verify::gate_numerator_max, verify::generic_gate_denominator, verify::tiny_gate_denominator;
+  using testing::gate_numerator_max, testing::generic_gate_denominator, testing::tiny_gate_denominator;
   const auto generic =
       rc::gen::map(rc::gen::inRange(1, gate_numerator_max + 1), [](int p) { return Exact(p) / generic_gate_denominator; });
   const auto tiny = rc::gen::map(rc::gen::inRange(1, gate_numerator_max + 1), [](int p) { return Exact(p) / tiny_gate_denominator; });

@@ -1,5 +1,5 @@
 // Random DeltaNet and Gated DeltaNet problems over ℚ: inputs and cotangents of a generated
-// shape, in the regimes that matter for the delta rule (DESIGN.md): β = 1, tiny β, α = 1,
+// shape, in the regimes that matter for the delta rule (the design page's numerical policy): β = 1, tiny β, α = 1,
 // tiny α, and unnormalized keys (ill-conditioned WY systems).
 #pragma once
 

@@ -1,6 +1,6 @@
 #include "property_tests/support/generators.hpp"
 
-#include "verify/case_rules.hpp"
+#include "property_tests/support/case_rules.hpp"
 
 #include <algorithm>
 
@@ -22,7 +22,7 @@ rc::Gen<Shape> gen_shape(ShapeLimits limits) {
                                                      {1, rc::gen::inRange<Index>(1, max_chunk + 1)}});
     return rc::gen::mapcat(chunk_size, [=](Index chunk) {
       // L relative to C: the edge cases, and anything up to the cap (C from 1 to L+1 follows).
-      auto length = rc::gen::oneOf(rc::gen::elementOf(verify::boundary_lengths(chunk)), rc::gen::inRange<Index>(1, max_length + 1));
+      auto length = rc::gen::oneOf(rc::gen::elementOf(boundary_lengths(chunk)), rc::gen::inRange<Index>(1, max_length + 1));
       return rc::gen::build<Shape>(rc::gen::set(&Shape::chunk_size, rc::gen::just(chunk)),
                                    rc::gen::set(&Shape::length, length),
                                    rc::gen::set(&Shape::key_dim, rc::gen::inRange<Index>(1, max_dim + 1)),

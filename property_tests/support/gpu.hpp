@@ -5,7 +5,7 @@
 #include "cuda/check.hpp"
 #include "cuda/layout.hpp"
 #include "cuda/types.hpp"
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/device_tensors.hpp"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -128,7 +128,7 @@ void bind_delta_rule(py::module_& m) {
       },
       py::arg("scalar"), py::arg("a"), py::arg("solve"), py::arg("base_block"));
 
-  // The article's GPU schedule with its levels: the base×base diagonal block inverses and every merge.
+  // The derivation's GPU schedule with its levels: the base×base diagonal block inverses and every merge.
   m.def(
       "invert_unit_lower_blocked",
       [](const std::string& scalar, py::object a, Index base_block) {

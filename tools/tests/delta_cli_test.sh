@@ -25,7 +25,7 @@ expect_bad_input --alpha verify --op gated-delta --alpha 0
 expect_bad_input --alpha verify --op gated-delta --alpha -1
 expect_bad_input --keys verify --op delta --keys huge
 
-# --impl cuda gradcheck (the backward kernel): with a device, the default case and issue 11's case
+# --impl cuda gradcheck (the backward kernel): with a device, the default case and the case L=100 C=64 DK=48 DV=32
 # pass (and --json parses); without one, one line naming --impl (the default C = 64 gets past the
 # --C check, which comes first) and a bad --C named; in a build without nvcc, one line naming --impl.
 for op in delta gated-delta; do

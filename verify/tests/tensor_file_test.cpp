@@ -158,7 +158,7 @@ TEST(TensorFileRoundTrip, EveryFloatingDtypeBitForBitInBothFormats) {
       empty.dtype = d;
       empty.shape = {2, 0, 3};
       f.floating["empty"] = empty;
-      const std::string path = temp_path(std::string("roundtrip_") + deltaproof::cuda::name_of(d) + ext);
+      const std::string path = temp_path(std::string("roundtrip_") + deltaproof::verify::name_of(d) + ext);
       write_tensor_file(path, f);
       const TensorFile back = read_tensor_file(path);
       ASSERT_EQ(back.floating.size(), 4u) << path;
@@ -220,7 +220,7 @@ TEST(TensorFileRoundTrip, KernelCaseInBothLayoutsFormatsAndDtypes) {
       for (DType d : all_dtypes)
         for (bool varlen : {false, true}) {
           const KernelCase c = full_case(layout, d, varlen);
-          const std::string path = temp_path("case_" + name_of(layout) + "_" + deltaproof::cuda::name_of(d) + (varlen ? "_varlen" : "") + ext);
+          const std::string path = temp_path("case_" + name_of(layout) + "_" + deltaproof::verify::name_of(d) + (varlen ? "_varlen" : "") + ext);
           write_kernel_case(path, c);
           const KernelCase back = read_kernel_case(path, {Op::gated_delta, layout, varlen, 0.5, true});
           const std::string what = path;

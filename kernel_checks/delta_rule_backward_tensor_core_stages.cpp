@@ -1,4 +1,4 @@
-// Stage checks of the tensor-core backward (cuda/delta_rule_backward_fast.cu; bf16 inputs), in the pattern of
+// Stage checks of the tensor-core backward (cuda/delta_rule_backward_tensor_core.cu; bf16 inputs), in the pattern of
 // the fp32 FMA backward's (delta_rule_backward_stages.cpp): every stage of every (batch, head, chunk) is
 // recomputed by the oracle from the exact values the kernel read — its own Ĝ, T̂, Ŵ, Ŝ_[c], V̄̂, Ĝ_[c+1], dV̄̂,
 // dŴ, Ê — and compared within a bound derived from the kernel's arithmetic:
@@ -11,10 +11,10 @@
 // with every rounded operand's magnitude raised by 2⁻¹¹⁸ ≥ η/u², so that ρ·M also covers the absolute error
 // η of an operand that lands below bf16's normal range (the very-negative-gate regime).
 // The forward stages (A, T, W, U, V̄, S_[c+1]) are the forward kernels' own, checked by check_stages as
-// ScanArithmetic::state_pass (verify/delta_rule_stages.cpp).
-#include "verify/delta_rule_backward_fast_stages.hpp"
+// ScanArithmetic::state_pass (kernel_checks/delta_rule_stages.cpp).
+#include "kernel_checks/delta_rule_backward_tensor_core_stages.hpp"
 
-#include "verify/delta_rule_backward_programs.hpp"
+#include "kernel_checks/delta_rule_backward_programs.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <algorithm>
@@ -32,7 +32,7 @@ constexpr double kUAcc = 0x1p-23;       // tensor-core accumulation
 constexpr double kU32 = 0x1p-24;        // fp32 SIMT rounding
 constexpr double kInflation = 0x1p-118;  // η_bf16 / u² (η_bf16 = 2⁻¹³⁴)
 
-double rho_fast(long m, int roundings, double extra, int decays, double eps) {
+double rho_tensor_core(long m, int roundings, double extra, int decays, double eps) {
   const double r = (1 + ref::gamma(m, kUAcc)) * std::pow(1 + kU, roundings) * (1 + extra) * std::pow(1 + eps, decays) - 1;
   return r * (1 + 1e-12);
 }
@@ -49,7 +49,7 @@ Matrix<S> strictly_lower(const Matrix<S>& m) {
 }
 
 template <class S>
-void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents& cot, const BackwardResult& r, Index b, Index h,
+void check_head_tensor_core(const DeltaCase& c, const HostInputs& in, const Cotangents& cot, const BackwardResult& r, Index b, Index h,
                      std::vector<Comparison>& rep) {
   const BackwardUnits un = backward_units(c.dtype);
   const Index C = c.chunk, DK = c.key_dim, DV = c.value_dim, N = cuda::chunk_count(int(c.length), int(C));
@@ -119,7 +119,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       const Matrix<S> ref_value = Value<S>::d_v_new(scores, doc, kc, g_next, x);
       const Matrix<S> mag = Magnitude<S>::d_v_new(rounded(scores_mag), doa, ka, rounded(g_next), x);
       add("dVbar", cc, dvbar_hat, ref_value,
-          Matrix<S>(bound_of<S>(mag, ref_value, rho_fast(DK + n + 3, 0, kU2, kd, eps), false, un) + pair_residual(dvbar_hat)));
+          Matrix<S>(bound_of<S>(mag, ref_value, rho_tensor_core(DK + n + 3, 0, kU2, kd, eps), false, un) + pair_residual(dvbar_hat)));
     }
     // G_[c] = γ_{n−1} G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W_hi from the registers' G' (Ĝ' exactly) and dV̄ rounded once
     // (within u(1 + u) of the pair dV̄̂), diag(γ) dO rounded once, W_hi = Ŵ − W_lo (|W_lo| ≤ u/(1 − u) |Ŵ|: one
@@ -130,14 +130,14 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       const Matrix<S> mag = Magnitude<S>::s_grad(absolute(g_next), c.gated ? rounded(doc) : doa, qa, rounded(dvbar_hat),
                                                  rounded(w_hat), x);
       add(cc > 0 ? "dS_prev" : "dS_0", cc, prev_hat, ref_value,
-          bound_of<S>(mag, ref_value, rho_fast(2 * n + 2, 2, 3 * kU2, kd, eps), false, un));
+          bound_of<S>(mag, ref_value, rho_tensor_core(2 * n + 2, 2, 3 * kU2, kd, eps), false, un));
     }
 
     // dW = −dV̄̂ Ŝ: dV̄ as hi + lo, Ŝ rounded once.
     {
       const Matrix<S> ref_value = Value<S>::d_w(dvbar_hat, s_hat);
       add("dW", cc, dw_hat, ref_value,
-          bound_of<S>(Magnitude<S>::d_w(rounded(dvbar_hat), rounded(s_hat)), ref_value, rho_fast(DV + 1, 1, kU2, 0, 0), false, un));
+          bound_of<S>(Magnitude<S>::d_w(rounded(dvbar_hat), rounded(s_hat)), ref_value, rho_tensor_core(DV + 1, 1, kU2, 0, 0), false, un));
     }
     // E = strictly_lower(−X T̃ᵀ), X = fl(T̃ᵀ dT̃), dT = dV̄ (βV)ᵀ + dŴ (βγK)ᵀ: T, dT, X, dW, βV and βγK
     // rounded once (at most six in a monomial), dV̄ as hi + lo.
@@ -154,7 +154,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       Matrix<S> mag = Matrix<S>::Zero(C, C);
       mag.topLeftCorner(n, n) = strictly_lower<S>(Matrix<S>(x_mag * tr.transpose()));
       add("dA", cc, Matrix<S>(e_all.middleRows(cc * C, C)), ref_value,
-          bound_of<S>(mag, ref_value, rho_fast(DV + DK + 2 * n + 4, 6, 2 * kU2, kd, eps), false, un));
+          bound_of<S>(mag, ref_value, rho_tensor_core(DV + DK + 2 * n + 4, 6, 2 * kU2, kd, eps), false, un));
     }
     const Matrix<S> eo_mag = rounded(Matrix<S>((doa * rounded(vbar_hat).transpose()).cwiseProduct(d_lower)));
 
@@ -164,7 +164,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       const Matrix<S> ref_value = Value<S>::dq(doc, s_hat, vbar_hat, kc, x);
       const Matrix<S> mag = dr::scale_rows<S>(x.gamma, Matrix<S>(doa * rounded(s_hat))) + eo_mag * ka;
       add("dq", cc, Matrix<S>(dq_all.middleRows(t0, n)), ref_value,
-          bound_of<S>(mag, ref_value, rho_fast(DV + n + 3, 1, kU2, kd, eps), true, un));
+          bound_of<S>(mag, ref_value, rho_tensor_core(DV + n + 3, 1, kU2, kd, eps), true, un));
     }
     // dk = E_oᵀ Q + diag(λ) V̄̂ Ĝ' + diag(βγ) T̃ᵀ dW̃ + (F + Fᵀ) K, F = diag(β)(Ê ⊙ D) rounded once, Ĝ' rounded
     // once, V̄ as hi + lo.
@@ -175,14 +175,14 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       const Matrix<S> mag = eo_mag.transpose() * qa + dr::scale_rows<S>(x.lambda, Matrix<S>(rounded(vbar_hat) * rounded(g_next))) +
                             dr::scale_rows<S>(Vector<S>(bca.cwiseProduct(x.gamma)), z1_mag) + (f_mag + f_mag.transpose()) * ka;
       add("dk", cc, Matrix<S>(dk_all.middleRows(t0, n)), ref_value,
-          bound_of<S>(mag, ref_value, rho_fast(DV + DK + 3 * n + 6, 2, kU2, kd, eps), true, un));
+          bound_of<S>(mag, ref_value, rho_tensor_core(DV + DK + 3 * n + 6, 2, kU2, kd, eps), true, un));
     }
     // dv = diag(β) T̃ᵀ dV̄̂ (dV̄ as hi + lo).
     const Matrix<S> tu_mag = tr.transpose() * rounded(dvbar_hat);
     {
       const Matrix<S> ref_value = Value<S>::dv(t_top, dvbar_hat, bc);
       add("dv", cc, Matrix<S>(dv_all.middleRows(t0, n)), ref_value,
-          bound_of<S>(Matrix<S>(dr::scale_rows<S>(bca, tu_mag)), ref_value, rho_fast(n + 2, 1, kU2, 0, 0), true, un));
+          bound_of<S>(Matrix<S>(dr::scale_rows<S>(bca, tu_mag)), ref_value, rho_tensor_core(n + 2, 1, kU2, 0, 0), true, un));
     }
     // dβ = rowsum(T̃ᵀ dV̄ ⊙ V) + γ ⊙ rowsum(T̃ᵀ dW̃ ⊙ K) + rowsum(Ê ⊙ D ⊙ K Kᵀ): row sums over warps' parts.
     {
@@ -191,7 +191,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
                             x.gamma.cwiseProduct(Vector<S>(z1_mag.cwiseProduct(ka).rowwise().sum())) +
                             Vector<S>(ea.cwiseProduct(d_lower).cwiseProduct(ka * ka.transpose()).rowwise().sum());
       add("dbeta", cc, Matrix<S>(db_all.middleRows(t0, n)), ref_value,
-          bound_of<S>(column(mag), ref_value, rho_fast(DV + DK + 2 * n + 40, 2, kU2, kd, eps), true, un));
+          bound_of<S>(column(mag), ref_value, rho_tensor_core(DV + DK + 2 * n + 40, 2, kU2, kd, eps), true, un));
     }
     // dG (gated): the longest chain is <G', S>: per-thread sums over the streamed tiles (at most DV·DK/256
     // terms), a 32-lane butterfly (5), then the warps' partials in order (at most 16). Ŝ and Ĝ' rounded once
@@ -203,7 +203,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
       const Matrix<S> mag = column(Magnitude<S>::d_gate_sums(doa, rounded(s_hat), qa, tr, rounded(dw_hat), ka, rounded(vbar_hat),
                                                              rounded(g_next), scores_mag, ea, bca, x));
       const long m = (DV * DK + 255) / 256 + 5 + 16 + DV + DK + 2 * C + 64;
-      add("dG", cc, dg_hat, ref_value, bound_of<S>(mag, ref_value, rho_fast(m, 2, kU2, kd, eps), false, un));
+      add("dG", cc, dg_hat, ref_value, bound_of<S>(mag, ref_value, rho_tensor_core(m, 2, kU2, kd, eps), false, un));
       // dg from the kernel's own dĜ: the reverse sum, at most n roundings (fp32).
       const Vector<S> dgk = dg_hat.col(0);
       const Matrix<S> dg_ref = column(Value<S>::dg(dgk));
@@ -215,7 +215,7 @@ void check_head_fast(const DeltaCase& c, const HostInputs& in, const Cotangents&
 
 }  // namespace
 
-std::vector<Comparison> check_backward_stages_fast(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
+std::vector<Comparison> check_backward_stages_tensor_core(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                                    const BackwardResult& r) {
   if (!has(r.boundary) || !has(r.state_gradients) || !has(r.t) || !has(r.e) || !has(r.d_w))
     throw std::invalid_argument("check_backward_stages: the result holds no intermediates (run_backward with intermediates)");
@@ -226,8 +226,8 @@ std::vector<Comparison> check_backward_stages_fast(const DeltaCase& c, const Hos
   f.arithmetic = ScanArithmetic::state_pass;
   std::vector<Comparison> rep = check_stages(c, in, f);
   ref::for_each_head(c.batch, c.heads, [&](Index b, Index h) {
-    if (c.gated) check_head_fast<High>(c, in, cot, r, b, h, rep);
-    else check_head_fast<Exact>(c, in, cot, r, b, h, rep);
+    if (c.gated) check_head_tensor_core<High>(c, in, cot, r, b, h, rep);
+    else check_head_tensor_core<Exact>(c, in, cot, r, b, h, rep);
   });
   return rep;
 }

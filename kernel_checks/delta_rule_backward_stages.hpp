@@ -1,9 +1,9 @@
 // DeltaNet / Gated DeltaNet backward kernel (cuda/delta_rule.h: delta_rule_backward) against the
-// oracle, stage by stage, in the pattern of verify/delta_rule_stages.hpp: each stage of each
+// oracle, stage by stage, in the pattern of kernel_checks/delta_rule_stages.hpp: each stage of each
 // (batch, head, chunk) is recomputed by the oracle (exact ℚ for DeltaNet, 100-digit MPFR for Gated
 // DeltaNet, whose decays exp(G_e − G_s) are irrational) from the exact values the kernel's loop for
 // that stage read — the rounded inputs, the kernel's own gate sums Ĝ, its own T̂, Ŝ_[c], V̄̂,
-// Ĝ_[c+1], dŴ, Ê — and compared within a bound derived from that loop (DESIGN.md, numerical policy 2).
+// Ĝ_[c+1], dŴ, Ê — and compared within a bound derived from that loop (the design page's numerical policy).
 //
 // The bound of a stage: every kernel loop is a straight-line program of +, −, × (and exp of a gate
 // difference), so |computed − exact| <= ρ · (the same program on |inputs| with every − turned into
@@ -30,8 +30,8 @@
 #include "cuda/testing/delta_rule_stages.h"
 #include "reference/scalar.hpp"
 #include "verify/comparison.hpp"
-#include "verify/delta_rule_stages.hpp"
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
+#include "kernel_checks/device_tensors.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -101,7 +101,7 @@ BackwardResult oracle_backward_as_kernel(const DeltaCase& c, const HostInputs& i
 // Gated DeltaNet, carried over to ℚ): dq, dk, dv, d_beta, d_log_gate, d_initial_state.
 BackwardResult reference_gradients(const DeltaCase& c, const HostInputs& in, const Cotangents& cot);
 
-// float64 token-recurrence gradients (DESIGN.md's accuracy baseline), per head, with `magnitude`: the same
+// float64 token-recurrence gradients (the accuracy baseline of the design page), per head, with `magnitude`: the same
 // recurrence on |inputs| with every − turned into + (each gradient's sum of the absolute values of its terms,
 // up to float64 rounding), the scale of what accumulation can leave where a gradient cancels.
 struct GradientTensors {

@@ -1,6 +1,6 @@
-// The shapes and regimes every case generator must reach (DESIGN.md, "Shapes and regimes that must
-// always be in the generators"), as plain data: the rapidcheck generators in property_tests/support/
-// and the GPU suites draw from these lists, and any other driver (the Python one) can use the same.
+// The shapes and regimes every case generator must reach (lengths at the chunk boundary, awkward head
+// dims; the design page's numerical policy lists them), as plain data: the rapidcheck generators in
+// property_tests/support/ and the GPU suites draw from these lists.
 // Order matters: rapidcheck's element pickers index into these lists, so a list's order is part of
 // the cases a seed produces.
 #pragma once
@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace deltaproof::verify {
+namespace deltaproof::testing {
 
-using Index = std::int64_t;  // as in verify/comparison.hpp; this header stays free of it (and of JSON)
+using Index = std::int64_t;  // as in verify/comparison.hpp
 
 // Chunk sizes the CUDA kernels take (their launchers reject any other).
 inline std::vector<Index> kernel_chunk_sizes() { return {16, 32, 64}; }
@@ -40,4 +40,4 @@ inline constexpr int gate_numerator_max = 8;
 inline constexpr int generic_gate_denominator = 8;
 inline constexpr int tiny_gate_denominator = 8192;
 
-}  // namespace deltaproof::verify
+}  // namespace deltaproof::testing

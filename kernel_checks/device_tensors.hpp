@@ -1,7 +1,7 @@
 // Device buffers, and exact transfers between the oracle's Tensor4<Exact> and device tensors of any
 // kernel dtype: the upload every verdict on a CUDA kernel starts from (tests and the command line).
 //
-// Policy (DESIGN.md, numerical policy 2): a kernel is compared with the oracle evaluated on the
+// Policy (the design page's numerical policy): a kernel is compared with the oracle evaluated on the
 // exact values of its rounded inputs. `upload` rounds each exact entry to the dtype (round to
 // nearest, ties to even, decided in exact arithmetic) and returns those exact values alongside
 // the device copy; `download` reads any dtype back without loss (every binary float is a
@@ -11,6 +11,7 @@
 #include "cuda/types.hpp"
 #include "reference/batch.hpp"
 #include "reference/scalar.hpp"
+#include "verify/kernel_case.hpp"
 
 #include <cstddef>
 #include <utility>
@@ -20,6 +21,16 @@ namespace deltaproof::verify {
 using ref::Exact;
 using ref::Index;
 using ref::Tensor4;
+
+// The verdict library's name for a kernel's element type (verify/ knows no CUDA).
+inline DType verify_dtype(cuda::DType d) {
+  switch (d) {
+    case cuda::DType::f64: return DType::f64;
+    case cuda::DType::f32: return DType::f32;
+    case cuda::DType::bf16: return DType::bf16;
+    default: return DType::f16;
+  }
+}
 
 // Owns one cudaMalloc allocation; move-only.
 class DeviceBuffer {

@@ -1,4 +1,4 @@
-#include "verify/linear_attention_kernel_checks.hpp"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 
 #include "reference/gradcheck.hpp"
 #include "verify/matrix_comparison.hpp"

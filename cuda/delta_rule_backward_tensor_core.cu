@@ -7,12 +7,12 @@
 //   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg, persistent blocks taking the chunks in turn.
 // A training forward's saved buffer (cuda/delta_rule.h) replaces launches 1 and 2. Every other input takes
 // delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
-// measurements: cuda/NOTES_delta.md ("Backward v2").
-#include "cuda/delta_rule_backward_fast.h"
+// measurements: docs/kernels/delta_rule.md (the tensor-core backward).
+#include "cuda/delta_rule_backward_tensor_core.h"
 
 #include "cuda/arguments.hpp"
 #include "cuda/check.hpp"
-#include "cuda/delta_rule_backward_fast_kernels.cuh"
+#include "cuda/delta_rule_backward_tensor_core_kernels.cuh"
 
 #include <cuda_bf16.h>
 
@@ -22,7 +22,7 @@
 namespace deltaproof::cuda::delta_rule {
 namespace {
 
-using namespace backward_fast_kernels;
+using namespace backward_tensor_core_kernels;
 
 bool aligned_to(const void* pointer, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0; }
 bool strides_multiple_of(const Strides& s, int batch, int heads, int rows, std::int64_t elements) {
@@ -41,12 +41,12 @@ bool pair_rows(const void* data, const Strides& s, const BackwardParams& p) {
 // training forward's saved buffer when given (their workspace space then unused). Where the caller gives the fp32
 // intermediates (the stage checks), the pairs are copied out as hi + lo (exactly), and the scans write S_[c]
 // and G_[c+1] in fp32 from their registers.
-FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
+TensorCoreBuffers resolve_tensor_core_buffers(const BackwardStageParams& p, std::size_t* bytes) {
   const std::size_t heads = std::size_t(p.batch) * p.heads, L = p.length, C = p.chunk_size;
   const std::size_t N = (L + C - 1) / C, DK = p.key_dim, DV = p.value_dim;
   WorkspaceCarver workspace(p.workspace);
   const auto sixteen_bit = [&](std::size_t count) { return workspace.take(nullptr, heads * count * 2); };  // count entries a head
-  FastBuffers b{};
+  TensorCoreBuffers b{};
   b.wy_inverse = static_cast<float*>(workspace.take(p.wy_inverse, heads * N * C * C * 4));
   b.w = sixteen_bit(L * DK), b.w_lo = sixteen_bit(L * DK), b.u = sixteen_bit(L * DV), b.u_lo = sixteen_bit(L * DV);
   b.state_pass.s = sixteen_bit(N * DV * DK);
@@ -69,7 +69,7 @@ FastBuffers resolve_fast(const BackwardStageParams& p, std::size_t* bytes) {
 
 // The forward's parameters for stages 1 and 2: the user's inputs, this backward's buffers (the final state
 // only where the caller asks for it, packed).
-ForwardStageParams forward_params(const BackwardStageParams& p, const FastBuffers& b) {
+ForwardStageParams forward_params(const BackwardStageParams& p, const TensorCoreBuffers& b) {
   ForwardStageParams f;
   f.dtype = p.dtype;
   f.batch = p.batch, f.heads = p.heads, f.length = p.length, f.key_dim = p.key_dim, f.value_dim = p.value_dim;
@@ -109,7 +109,7 @@ void expose_pairs(const void* hi, const void* lo, void* out, std::size_t count, 
 }
 
 template <int C>
-void run_typed(const BackwardStageParams& p, const FastBuffers& b, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream) {
+void run_typed(const BackwardStageParams& p, const TensorCoreBuffers& b, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream) {
   using T = __nv_bfloat16;
   const int N = chunk_count(p.length, C), heads = p.batch * p.heads, slices = (p.value_dim + kTcSlice - 1) / kTcSlice;
   const std::string suffix = "<bf16, C=" + std::to_string(C) + ">";
@@ -187,12 +187,12 @@ bool tensor_core_backward_applies(const BackwardParams& p) {
 
 std::size_t tensor_core_backward_workspace_bytes(const BackwardStageParams& p) {
   std::size_t bytes = 0;
-  resolve_fast(p, &bytes);
+  resolve_tensor_core_buffers(p, &bytes);
   return bytes;
 }
 
 void tensor_core_backward(const BackwardStageParams& p, TensorCoreStage first, TensorCoreStage last, cudaStream_t stream) {
-  const FastBuffers b = resolve_fast(p, nullptr);
+  const TensorCoreBuffers b = resolve_tensor_core_buffers(p, nullptr);
   switch (p.chunk_size) {
     case 16: return run_typed<16>(p, b, first, last, stream);
     case 32: return run_typed<32>(p, b, first, last, stream);

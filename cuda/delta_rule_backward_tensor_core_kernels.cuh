@@ -1,8 +1,8 @@
 // The tensor-core DeltaNet / Gated DeltaNet backward (16-bit inputs, DK and DV ≤ 128 and multiples of 8):
 // the kernels of stages 3 and 4. Stages 1 and 2 are the forward's own kernels (delta_rule_forward_kernels.cuh)
 // run in their backward modes: the WY prepare writing T and W, U as hi + lo pairs, and the register scan's
-// StatePass writing S_[c] and V̄ in fp32 with every operand to ≈ 16 bits. cuda/delta_rule_backward_fast.cu
-// launches them; NOTES_delta.md has the design, the precision plan and its measured cost in accuracy.
+// StatePass writing S_[c] and V̄ in fp32 with every operand to ≈ 16 bits. cuda/delta_rule_backward_tensor_core.cu
+// launches them; docs/kernels/delta_rule.md has the design, the precision plan and its measured cost in accuracy.
 //
 //   3. gradient_scan_registers_kernel (one block per head and 64 value rows of G, chunks in reverse): the
 //      mirror of the register scan. G = dL/dS in fp32 registers; per chunk G' = G_[c+1] is published as
@@ -15,17 +15,17 @@
 //      strictly lower), dk, dv, dβ and, gated, the gate-sum gradients dG and dg.
 // Operands that are intermediates enter the tensor cores either as one rounding to the input dtype or
 // as a hi + lo pair (x = hi + lo + O(u²|x|)): which one, per product, is fixed by the precision plan
-// (NOTES_delta.md) and counted by verify/delta_rule_backward_stages.cpp's bounds for this path.
+// (docs/kernels/delta_rule.md) and counted by kernel_checks/delta_rule_backward_tensor_core_stages.cpp's bounds.
 #pragma once
 
 #include "cuda/delta_rule_forward_kernels.cuh"
 #include "cuda/delta_rule_launch.h"
 
-#ifndef DELTAPROOF_BACKWARD_FAST_KERNELS
-#define DELTAPROOF_BACKWARD_FAST_KERNELS backward_fast_kernels
+#ifndef DELTAPROOF_BACKWARD_TENSOR_CORE_KERNELS
+#define DELTAPROOF_BACKWARD_TENSOR_CORE_KERNELS backward_tensor_core_kernels
 #endif
 
-namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS {
+namespace deltaproof::cuda::DELTAPROOF_BACKWARD_TENSOR_CORE_KERNELS {
 
 using namespace DELTAPROOF_FORWARD_KERNELS;
 using delta_rule::BackwardStageParams;
@@ -34,7 +34,7 @@ using delta_rule::BackwardStageParams;
 // the host. Those that stage 4 reads as tensor-core operands are written by stages 2 and 3 in the form it
 // uses (V̄ and dV̄ as hi + lo pairs, x = hi + lo, each in the dtype; S_[c] and G_[c+1] rounded once), so that
 // it copies them in without converting.
-struct FastBuffers {
+struct TensorCoreBuffers {
   float* wy_inverse;       // [B, H, N, C, C] fp32 T = A⁻¹ (stage 1)
   void* w;                 // [B, H, L, DK] dtype: W rounded (stage 1)
   void* w_lo;              // [B, H, L, DK] dtype: W − w rounded (stage 1)
@@ -74,7 +74,7 @@ __host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk)
 // Pᵀ dO with Pᵀ as hi + lo A operands from registers; dV̄ written in fp32 and rounded in place for the
 // update; barrier. (3) G ← γ_C G' + (diag(γ) dO)ᵀ Q − dV̄ᵀ W in each warp's 16 × 64 part of G; barrier.
 template <class T, int C, bool Gated>
-__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(BackwardStageParams p, FastBuffers b) {
+__global__ void __launch_bounds__(kTcScanThreads, 2) gradient_scan_registers_kernel(BackwardStageParams p, TensorCoreBuffers b) {
   constexpr int kRowBlocks = C / 16;
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;
@@ -356,7 +356,7 @@ __device__ __forceinline__ void negate(unsigned (&a)[4]) {
 __host__ __device__ constexpr int chunk_gradients_stream(int chunk) { return chunk >= 64 ? 32 : 16; }
 
 // Warps per chunk-gradient block: 16 where C ≥ 32, so that the one block an SM holds (its shared memory) brings
-// 16 warps, not 8, to hide the latencies (v2 run 3: 12.5 % occupancy); a C × D product's 16 n8 tiles are then
+// 16 warps, not 8, to hide the latencies (8 warps measured 12.5 % occupancy); a C × D product's 16 n8 tiles are then
 // split four (C = 64) or eight (C = 32) ways. C = 16 keeps 8: sixteen ways would leave a warp one n8 tile, and
 // the products go in pairs.
 __host__ __device__ constexpr int chunk_gradients_warps(int chunk) { return chunk >= 32 ? 16 : 8; }
@@ -419,7 +419,7 @@ __host__ __device__ constexpr ChunkGradientsLayout chunk_gradients_layout(int ch
 //       the last token also Σ_i <(V̄G')_i, k_i> λ_i + <G', S> γ_{n−1}; dg_j = Σ_{r ≥ j} dG_r.
 // Every sum has a fixed order (row sums: lanes by butterfly, then warps' partials in order): no atomics.
 template <class T, int C, bool Gated>
-__global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_min_blocks(C)) chunk_gradients_kernel(BackwardStageParams p, FastBuffers b) {
+__global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_min_blocks(C)) chunk_gradients_kernel(BackwardStageParams p, TensorCoreBuffers b) {
   constexpr int kThreads = chunk_gradients_threads(C), kWarps = kThreads / 32;
   constexpr int kRowBlocks = C / 16;
   constexpr int kParts = kWarps / kRowBlocks;        // warps sharing a row block in C × D products
@@ -1030,4 +1030,4 @@ __global__ void __launch_bounds__(chunk_gradients_threads(C), chunk_gradients_mi
   }
 }
 
-}  // namespace deltaproof::cuda::DELTAPROOF_BACKWARD_FAST_KERNELS
+}  // namespace deltaproof::cuda::DELTAPROOF_BACKWARD_TENSOR_CORE_KERNELS

@@ -8,7 +8,7 @@
 // exact values of that stage's inputs as the kernel saw them: the rounded inputs for A, the
 // kernel's own A for T, its own T for W and U, its own W, U and S_[c] for V̄, and so on. Each
 // stage then carries only its own rounding error, and its bound is derived from the operations
-// the kernel performs (DESIGN.md, numerical policy 2):
+// the kernel performs (the design page's numerical policy):
 //
 //   Every stage is a straight-line program of +, −, × (the unit-diagonal inverse needs no
 //   division), so |computed − exact| <= γ_m(u) · (the same program run on |inputs| with every
@@ -30,7 +30,7 @@
 #include "cuda/testing/delta_rule_stages.h"
 #include "reference/scalar.hpp"
 #include "verify/comparison.hpp"
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/device_tensors.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -105,7 +105,7 @@ std::string describe(const DeltaCase& c);
 
 // Entries drawn from c.seed: q, v, S_0 = n/4 (|n| <= 8); keys n/2^(3+shift); β = p/8; g = −m·gate_step.
 HostInputs make_inputs(const DeltaCase& c);
-// DESIGN.md's accuracy inputs: q ~ N(0,1)/√D, k = normalize(N(0,1)), v ~ N(0,1), β = sigmoid(N(0,1)),
+// The accuracy inputs of the design page's targets: q ~ N(0,1)/√D, k = normalize(N(0,1)), v ~ N(0,1), β = sigmoid(N(0,1)),
 // g = logsigmoid(N(0,1) + 3), each rounded to the dtype (g to fp32).
 HostInputs design_inputs(const DeltaCase& c);
 

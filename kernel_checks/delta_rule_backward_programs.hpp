@@ -1,12 +1,12 @@
 // The backward's stage equations as straight-line programs, shared by the stage checks of both backward
-// kernels (verify/delta_rule_backward_stages.cpp: the fp32 FMA kernels; delta_rule_backward_fast_stages.cpp:
+// kernels (kernel_checks/delta_rule_backward_stages.cpp: the fp32 FMA kernels; delta_rule_backward_tensor_core_stages.cpp:
 // the tensor-core kernels). Program<S, false> is a stage's value; Program<S, true> on |inputs| is the same
 // program with every − turned into +: the magnitude that bounds the stage's rounding error.
 #pragma once
 
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
-#include "verify/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
 
 #include <algorithm>
 #include <cmath>

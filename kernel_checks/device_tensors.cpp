@@ -1,4 +1,4 @@
-#include "verify/device_tensors.hpp"
+#include "kernel_checks/device_tensors.hpp"
 
 #include "cuda/check.hpp"
 

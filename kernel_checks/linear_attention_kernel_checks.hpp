@@ -1,6 +1,6 @@
 // Linear attention kernels (cuda/linear_attention.h) against the exact oracle
 // (reference/linear_attention.hpp), on the exact values of the kernels' rounded inputs: the cases,
-// the kernel runs, the bound chosen for each tensor (verify/linear_attention_kernel_bound.hpp) and
+// the kernel runs, the bound chosen for each tensor (kernel_checks/linear_attention_kernel_bound.hpp) and
 // the comparisons, each one verify::Comparison row per (tensor, batch, head). Written once for
 // property_tests/linear_attention_gpu_test.cpp and `deltaproof verify|gradcheck --impl cuda`.
 //
@@ -11,8 +11,8 @@
 #include "cuda/linear_attention.h"
 #include "reference/linear_attention.hpp"
 #include "verify/comparison.hpp"
-#include "verify/device_tensors.hpp"
-#include "verify/linear_attention_kernel_bound.hpp"
+#include "kernel_checks/device_tensors.hpp"
+#include "kernel_checks/linear_attention_kernel_bound.hpp"
 
 #include <cstdint>
 #include <functional>

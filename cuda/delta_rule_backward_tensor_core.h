@@ -1,4 +1,4 @@
-// The tensor-core DeltaNet / Gated DeltaNet backward (cuda/delta_rule_backward_fast.cu), behind
+// The tensor-core DeltaNet / Gated DeltaNet backward (cuda/delta_rule_backward_tensor_core.cu), behind
 // delta_rule::backward: internal to cuda/ and to the test seams (cuda/testing/delta_rule_stages.h).
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "verify/delta_rule_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
 
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -240,7 +240,7 @@ static void check_head_stages(const DeltaCase& c, const HostInputs& in, const Fo
     add("A", cc, a_hat, a_ref, a_bound);
 
     // T = Â⁻¹ (of the kernel's own A): forward substitution on 16×16 blocks and merge levels in fp32,
-    // γ_D(u32) with D = inverse_roundings(C) (15, 62, 188; the v9 comment's "2C roundings deep" under-counted
+    // γ_D(u32) with D = inverse_roundings(C) (15, 62, 188; "2C roundings deep" would under-count
     // the merges' products at C = 64); magnitude (I − |strictly_lower(Â)|)⁻¹, the same program on |Â|.
     const Matrix<S> a_top = a_hat.topLeftCorner(n, n);
     const dr::BlockInverse<S> inv = dr::invert_unit_lower_blocked<S>(a_top, 16);

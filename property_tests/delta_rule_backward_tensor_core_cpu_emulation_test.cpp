@@ -1,15 +1,15 @@
-// The tensor-core DeltaNet / Gated DeltaNet backward's own source (cuda/delta_rule_backward_fast_kernels.cuh and
+// The tensor-core DeltaNet / Gated DeltaNet backward's own source (cuda/delta_rule_backward_tensor_core_kernels.cuh and
 // the forward kernels it runs in their backward modes) executed on the CPU emulation of CUDA blocks
-// (support/cuda_emulation.hpp), launched as cuda/delta_rule_backward_fast.cu launches it, every intermediate
-// read back and judged by the GPU suite's stage checks (verify/delta_rule_backward_fast_stages.cpp). NOT a GPU
+// (support/cuda_emulation.hpp), launched as cuda/delta_rule_backward_tensor_core.cu launches it, every intermediate
+// read back and judged by the GPU suite's stage checks (kernel_checks/delta_rule_backward_tensor_core_stages.cpp). NOT a GPU
 // result: it is what these kernels must pass before GPU time is spent on them. mma.sync here sums exactly and
 // truncates once to fp32 (the truncating end of the bounds' u_acc); expf is glibc's.
 #include "property_tests/support/cuda_emulation.hpp"
 
 #include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
-#include "verify/delta_rule_backward_stages.hpp"
-#include "verify/delta_rule_stages.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ using std::min;
 DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the forward kernels' extern __shared__
 }  // namespace deltaproof::cuda::forward_kernels_emulated
 
-namespace deltaproof::cuda::backward_fast_kernels_emulated {
+namespace deltaproof::cuda::backward_tensor_core_kernels_emulated {
 using std::min;
 DELTAPROOF_EMULATION_SHARED_MEMORY(smem);
 
@@ -40,13 +40,13 @@ inline void ldmatrix_x4_trans_under_test(unsigned (&r)[4], const void* row) {
   }
   tensor_core::ldmatrix_x4_trans(r, row);
 }
-}  // namespace deltaproof::cuda::backward_fast_kernels_emulated
+}  // namespace deltaproof::cuda::backward_tensor_core_kernels_emulated
 
 #define DELTAPROOF_FORWARD_KERNELS forward_kernels_emulated
-#define DELTAPROOF_BACKWARD_FAST_KERNELS backward_fast_kernels_emulated
+#define DELTAPROOF_BACKWARD_TENSOR_CORE_KERNELS backward_tensor_core_kernels_emulated
 #include "cuda/delta_rule_forward_kernels.cuh"
 #define ldmatrix_x4_trans(r, row) ldmatrix_x4_trans_under_test(r, row)
-#include "cuda/delta_rule_backward_fast_kernels.cuh"
+#include "cuda/delta_rule_backward_tensor_core_kernels.cuh"
 #undef ldmatrix_x4_trans
 
 namespace {
@@ -63,7 +63,7 @@ using ref::Tensor4;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 namespace fk = deltaproof::cuda::forward_kernels_emulated;
-namespace bk = deltaproof::cuda::backward_fast_kernels_emulated;
+namespace bk = deltaproof::cuda::backward_tensor_core_kernels_emulated;
 
 struct Emulated {
   Tensor q, k, v, beta, log_gate, initial_state, d_output, d_final_state;
@@ -73,7 +73,7 @@ struct Emulated {
 };
 
 template <int C>
-void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::delta_rule::ForwardStageParams& f, const bk::FastBuffers& b,
+void run_kernels(const cuda::delta_rule::BackwardStageParams& p, const cuda::delta_rule::ForwardStageParams& f, const bk::TensorCoreBuffers& b,
                  ThreadOrder order, std::uint64_t seed, int chunk_gradient_blocks) {
   using T = __nv_bfloat16;
   const unsigned heads = unsigned(p.batch * p.heads), N = unsigned(cuda::chunk_count(p.length, C));
@@ -143,13 +143,13 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   p.d_initial_state = m.d_initial_state.data();
   p.boundary_states = m.boundary.data(), p.state_gradients = m.state_gradients.data();
   const auto fp = [](Tensor& x) { return static_cast<float*>(x.data()); };
-  bk::FastBuffers b{};
+  bk::TensorCoreBuffers b{};
   b.wy_inverse = fp(m.t), b.w = m.w.data(), b.w_lo = m.w_lo.data(), b.u = m.u.data(), b.u_lo = m.u_lo.data();
   b.state_pass = {m.s.data(), m.v_hi.data(), m.v_lo.data()};
   b.d_v_new_hi = m.dv_hi.data(), b.d_v_new_lo = m.dv_lo.data();
   b.state_gradients = m.g.data();
   b.gate_sums = fp(m.gate_sums), b.d_w = fp(m.d_w), b.wy_system_adjoint = fp(m.e), b.gate_sum_gradients = fp(m.d_gate_sums);
-  // The forward's parameters as delta_rule_backward_fast.cu builds them.
+  // The forward's parameters as delta_rule_backward_tensor_core.cu builds them.
   cuda::delta_rule::ForwardStageParams f;
   f.dtype = d, f.batch = p.batch, f.heads = p.heads, f.length = p.length, f.key_dim = p.key_dim, f.value_dim = p.value_dim;
   f.chunk_size = p.chunk_size;
@@ -194,7 +194,7 @@ std::string worst_per_stage(const std::vector<Comparison>& rows) {
 
 // C = 16, 32, 64 with L = 1, C − 1, C + 1, 2C + 3 over the chunk sizes; DK and DV multiples of 8 up to 128
 // (one 64-wide value slice, two, a partial one); gates, S_0 and dS_L each way.
-std::vector<DeltaCase> fast_cases() {
+std::vector<DeltaCase> tensor_core_cases() {
   const struct {
     Index dk, dv;
   } dims[] = {{8, 16}, {24, 72}, {128, 40}, {16, 128}, {64, 64}, {40, 8}};
@@ -222,9 +222,9 @@ std::vector<DeltaCase> fast_cases() {
 #endif
 
 // Every stage of every case within the GPU suite's bound, each block's threads (and the blocks) shuffled.
-TEST(DeltaRuleBackwardFastCpuEmulation, StagesMatchTheOracle) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, StagesMatchTheOracle) {
   DELTAPROOF_REQUIRE_X86_64();
-  for (const DeltaCase& c : fast_cases()) {
+  for (const DeltaCase& c : tensor_core_cases()) {
     const auto start = std::chrono::steady_clock::now();
     const HostInputs in = make_inputs(c);
     const Cotangents cot = make_cotangents(c, c.seed % 3 != 0);
@@ -238,7 +238,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, StagesMatchTheOracle) {
 }
 
 // Log-gates down to −128 per token: decays and many intermediates underflow (fp32 and bf16 subnormals).
-TEST(DeltaRuleBackwardFastCpuEmulation, VeryNegativeGatesWithinBound) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, VeryNegativeGatesWithinBound) {
   DELTAPROOF_REQUIRE_X86_64();
   for (double step : {1.0, 8.0}) {
     DeltaCase c;
@@ -253,7 +253,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, VeryNegativeGatesWithinBound) {
 }
 
 // The same bits whatever order the threads (and blocks) run in between barriers: no result depends on a race.
-TEST(DeltaRuleBackwardFastCpuEmulation, ResultsDoNotDependOnThreadOrder) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, ResultsDoNotDependOnThreadOrder) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
   c.gated = true, c.length = 2 * 32 + 5, c.chunk = 32, c.key_dim = 24, c.value_dim = 72, c.with_initial_state = true, c.seed = 31;
@@ -272,7 +272,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ResultsDoNotDependOnThreadOrder) {
 
 // Stage 4's persistent blocks: one block taking all six (chunk, head) items, or four taking them unevenly, write
 // the same bits as one block per item (where nothing is copied in ahead).
-TEST(DeltaRuleBackwardFastCpuEmulation, ChunkGradientsDoNotDependOnResidentBlocks) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, ChunkGradientsDoNotDependOnResidentBlocks) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
   c.gated = true, c.heads = 2, c.length = 2 * 32 + 5, c.chunk = 32, c.key_dim = 24, c.value_dim = 72, c.with_initial_state = true, c.seed = 32;
@@ -292,7 +292,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ChunkGradientsDoNotDependOnResidentBlock
 // last token's dG whole), so that G' = dS_L, S_[0] = S_0 and their inner product is a sum of positive terms. With
 // drawn inputs the term is far below its own magnitude (random signs, or γ_n underflowing), and a reduction that
 // dropped half its partials, or the last warp's, stayed inside every bound (found by planting exactly those).
-TEST(DeltaRuleBackwardFastCpuEmulation, StateInnerProductReachesTheGateGradient) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, StateInnerProductReachesTheGateGradient) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
   c.gated = true, c.zero_gates = true, c.length = 40, c.chunk = 64, c.key_dim = 128, c.value_dim = 32;
@@ -306,7 +306,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, StateInnerProductReachesTheGateGradient)
 }
 
 // g = 0: Gated DeltaNet computes exactly DeltaNet's numbers (dg aside), the training forward's output too.
-TEST(DeltaRuleBackwardFastCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
   c.length = 45, c.chunk = 16, c.key_dim = 16, c.value_dim = 24, c.with_initial_state = true, c.zero_gates = true, c.seed = 77;
@@ -322,7 +322,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, ZeroGatesEqualDeltaNetBitwise) {
 }
 
 // Gradients end to end against the float64 token recurrence within gradient_tau, at C = 16, 32, 64.
-TEST(DeltaRuleBackwardFastCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSize) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSize) {
   DELTAPROOF_REQUIRE_X86_64();
   for (bool gated : {false, true})
     for (Index C : {16, 32, 64}) {
@@ -336,10 +336,10 @@ TEST(DeltaRuleBackwardFastCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSiz
     }
 }
 
-// DESIGN.md's accuracy inputs at a reduced shape (bf16, L=128, D=64, C=64): every gradient's relative L2 against
+// The design page's accuracy inputs at a reduced shape (bf16, L=128, D=64, C=64): every gradient's relative L2 against
 // float64, printed and held to the 3.5e-3 target, and the training forward's output to the forward's (the H200 run
 // measures D=128, L=512).
-TEST(DeltaRuleBackwardFastCpuEmulation, AccuracyAtAReducedDesignShape) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, AccuracyAtAReducedDesignShape) {
   DELTAPROOF_REQUIRE_X86_64();
   for (bool gated : {false, true}) {
     DeltaCase c;
@@ -360,7 +360,7 @@ TEST(DeltaRuleBackwardFastCpuEmulation, AccuracyAtAReducedDesignShape) {
 }
 
 // One wrong row address in the chunk-gradient kernel's B fragments: the stage checks must reject it.
-TEST(DeltaRuleBackwardFastCpuEmulation, PlantedBugIsCaught) {
+TEST(DeltaRuleBackwardTensorCoreCpuEmulation, PlantedBugIsCaught) {
   DELTAPROOF_REQUIRE_X86_64();
   DeltaCase c;
   c.gated = true, c.length = 40, c.chunk = 32, c.key_dim = 16, c.value_dim = 24, c.with_initial_state = true, c.seed = 1000;

@@ -1,8 +1,8 @@
-#include "verify/delta_rule_backward_stages.hpp"
+#include "kernel_checks/delta_rule_backward_stages.hpp"
 
-#include "cuda/delta_rule_backward_fast.h"
-#include "verify/delta_rule_backward_fast_stages.hpp"
-#include "verify/delta_rule_backward_programs.hpp"
+#include "cuda/delta_rule_backward_tensor_core.h"
+#include "kernel_checks/delta_rule_backward_tensor_core_stages.hpp"
+#include "kernel_checks/delta_rule_backward_programs.hpp"
 
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -354,7 +354,7 @@ BackwardResult shaped(const DeltaCase& c) {
 
 std::vector<Comparison> check_backward_stages(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
                                               const BackwardResult& r) {
-  if (r.tensor_cores) return check_backward_stages_fast(c, in, cot, r);
+  if (r.tensor_cores) return check_backward_stages_tensor_core(c, in, cot, r);
   std::vector<Comparison> rep;
   ref::for_each_head(c.batch, c.heads, [&](Index b, Index h) {
     if (c.gated) check_head<High>(c, in, cot, r, b, h, rep);
