@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Times verify::judge (through deltaproof.judge) on one bf16 case, forward and backward.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 python/bench_judge.py [--op delta] [--B 8 --H 16 --L 4096 --D 128]
+    PYTHONPATH=build/release/python /usr/bin/python3 bench/bench_judge.py [--op delta] [--B 8 --H 16 --L 4096 --D 128]
 
 The candidate is the oracle's own output rounded to bf16 (o, dq, dk, dv, dβ) and fp32 (ht, dh0, dg),
 as a kernel would store it; the script prints, for the oracle call that makes it and for the two
 judge calls (forward: o, ht; backward: o, ht and every gradient), the wall time, the process's CPU
 time (user and system, all threads) and the 1-minute load average before and after (the machine is
 shared: a load above the core count inflates wall time, not CPU time), and the verdict tables.
-Target (issue 10): judging forward and backward at B=8, H=16, L=4096, D=128 in <= 60 s on 2 cores.
+Target: judging forward and backward at B=8, H=16, L=4096, D=128 in <= 60 s on 2 cores.
 Memory: 7.6 GB at peak (measured, /usr/bin/time -v) for the default shape.
 """
 import argparse
@@ -18,15 +18,11 @@ import math
 import os
 import time
 
-import sys
 
 import numpy as np
 
-# This folder holds deltaproof's sources, without the compiled parts: import the built package
-# from PYTHONPATH (build/release/python) instead.
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-import deltaproof  # noqa: E402
-from deltaproof.dtypes import round_to  # noqa: E402
+import deltaproof  # from PYTHONPATH (build/release/python)
+from deltaproof.dtypes import round_to
 
 
 class Phase:

@@ -1,38 +1,44 @@
 #!/usr/bin/env python3
-"""check_kernel on kernels nobody on this project wrote, on the H200: flash-linear-attention's
+"""check_kernel on kernels nobody on this project wrote, on a CUDA GPU: flash-linear-attention's
 chunk_linear_attn, chunk_delta_rule, chunk_gated_delta_rule (forward and backward; bf16, fp32 judged
 as TF32 products, and one fp32 run judged as true fp32; fixed length and varlen; the gated backward
 also with fla's Hopper guard lifted) and the article's Triton kernels (forward).
 
-    python3 python/run_peers.py --peers <peers folder> --out $OUT/peers [--max-cases 16] [--only fla_delta]
+    PYTHONPATH=build/release/python python3 bench/peers/run_peers.py --peers <peers folder> --out OUT \
+        [--max-cases 16] [--only fla_delta]
 
-Writes <out>/run_peers.log (progress, flushed per case), one JSON file per kernel family
-(fla_linear.json, fla_delta.json, fla_gated_delta.json, article.json: configuration name -> check_kernel's
-report, or the exception it raised; rewritten as each configuration finishes) and <out>/summary.json
-(six files: the device returns at most eight). fla autotunes each kernel on its first call for a new shape (minutes): the cases
-use chunk size 64 (fla's) and two head-dim pairs only. A configuration that raises is recorded and
-the run goes on. Needs torch, triton, numpy and an importable deltaproof (see python/README.md).
+Writes OUT/run_peers.log (progress, flushed per case), one JSON file per kernel family
+(fla_linear.json, fla_delta.json, fla_gated_delta.json, article.json: {"provenance": date, commit, GPU,
+versions and command of the run; "configurations": configuration name -> its settings, start date,
+status and check_kernel's report, or the exception it raised}; rewritten as each configuration
+finishes) and OUT/summary.json (the same provenance, one line per configuration). fla autotunes each
+kernel on its first call for a new shape (minutes): the cases use chunk size 64 (fla's) and two
+head-dim pairs only. A configuration that raises is recorded and the run goes on. Needs torch,
+triton, numpy and an importable deltaproof (see python/README.md).
 """
 import argparse
+import datetime
 import json
 import os
 import sys
 import time
 import traceback
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import provenance  # noqa: E402
+
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--peers", default=os.path.join(here, "..", "..", "shared", "peers"),
-                   help="the folder holding fla/ and article_kernels.py (default ../shared/peers)")
+    p.add_argument("--peers", default=os.environ.get("DELTAPROOF_PEERS") or os.path.join(ROOT, "..", "shared", "peers"),
+                   help="the folder holding fla/ and article_kernels.py (default $DELTAPROOF_PEERS, else ../shared/peers)")
     p.add_argument("--out", default=os.environ.get("OUT", "peers_out"), help="output folder")
     p.add_argument("--max-cases", type=int, default=16, help="cases per configuration")
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--only", default="", help="comma-separated substrings: run the matching configurations only")
     p.add_argument("--budget-s", type=float, default=500,
-                   help="stop drawing cases and skip configurations once this much time has gone (the device "
-                        "allows 600 s per command)")
+                   help="stop drawing cases and skip configurations once this much time has gone")
     p.add_argument("--max-shrink-steps", type=int, default=40)
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: the oracle stands in for every kernel (a guarded gated backward raises as fla's does)")
@@ -48,9 +54,6 @@ def main():
         log_file.flush()
 
     sys.path.insert(0, os.path.abspath(a.peers))
-    # This folder holds deltaproof's sources without the compiled parts: the built package comes
-    # from PYTHONPATH (build/release/python).
-    sys.path = [q for q in sys.path if os.path.abspath(q or ".") != here]
     import deltaproof
 
     if a.dry_run:  # the script's plumbing on a CPU: the oracle stands in for every peer kernel
@@ -132,6 +135,7 @@ def main():
         configurations.append(dict(name=f"article_delta_chunk_{dtype}{suffix}", fn=article_delta_chunk, op="delta",
                                    dtypes=(dtype,), tf32=tf32, initial_state=False, expect=("o",), **article_common))
 
+    run_provenance = provenance.collect(__file__, sys.argv[1:], gpu=None if not a.dry_run else "none (dry run)")
     only = [s for s in a.only.split(",") if s]
     summary, groups = [], {}
     start = time.time()
@@ -154,7 +158,7 @@ def main():
         elif deltaproof._backend._core_module is not None:
             kernel = deltaproof.reference_kernel("chunkwise")
         else:  # no _core (another Python): tests/numpy_kernels.py, forward only, through the C judge
-            sys.path.insert(0, os.path.join(here, "tests"))
+            sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
             from numpy_kernels import numpy_kernel
             kernel = numpy_kernel() if config["layout"] == "blhd" else None
             if kernel is None:
@@ -162,7 +166,8 @@ def main():
         log(f"== {name}: {fn.__name__} op={config['op']} dtypes={config['dtypes']} tf32={config['tf32']} "
             f"backward={config['backward']} hopper_guard={'on' if guard else 'lifted'}")
         record = {"configuration": name, "kernel": fn.__name__, "hopper_guard": guard,
-                  "settings": {k: v for k, v in config.items()}}
+                  "settings": {k: v for k, v in config.items()},
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         t0 = time.time()
         try:
             fla_chunk_o.IS_NVIDIA_HOPPER = hopper_guard if guard else False
@@ -178,14 +183,14 @@ def main():
         record["seconds"] = time.time() - t0
         groups.setdefault(group, {})[name] = record
         with open(path, "w") as f:
-            json.dump(groups[group], f, indent=1, default=str)
+            json.dump({"provenance": run_provenance, "configurations": groups[group]}, f, indent=1, default=str)
         summary.append({"configuration": name, "status": record["status"], "seconds": record["seconds"],
                         "cases": len(record.get("report", {}).get("cases", [])),
                         "failed_cases": sum(1 for c in record.get("report", {}).get("cases", []) if not c["passed"]),
                         "counterexample": (record.get("report") or {}).get("counterexample", {}) and
                         record["report"]["counterexample"]["description"]})
         with open(os.path.join(a.out, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1, default=str)
+            json.dump({"provenance": run_provenance, "configurations": summary}, f, indent=1, default=str)
         log(f"== {name}: {record['status']} in {record['seconds']:.0f} s")
     log("done")
 

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """deltaproof's kernels, fla's and the article's, on the same inputs in one process, side by side.
 
-    bash bench/h200/side_by_side.sh linear         # on the H200 (bench/h200/README.md), one op per call
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/h200/side_by_side.py --dry-run --out /tmp/sbs
+    bash bench/gpu/side_by_side.sh linear          # on a CUDA GPU (bench/gpu/README.md), one op per run
+    PYTHONPATH=build/release/python /usr/bin/python3 bench/gpu/side_by_side.py --dry-run --out /tmp/sbs
 
 For each op (linear, delta, gated-delta) and pass (forward, forward+backward, decode) it times
-  deltaproof  through libdeltaproof_kernels.so (ctypes; bench/h200/kernels_c_api.cpp) on the caller's
+  deltaproof  through libdeltaproof_kernels.so (ctypes; bench/gpu/kernels_c_api.cpp) on the caller's
               tensors and stream, at C = 16, 32, 64;
   fla         chunk_linear_attn / chunk_delta_rule / chunk_gated_delta_rule (its own C = 64), the
               backward through autograd, decode through its fused_recurrent_* kernels;
-  article     the article's Triton kernels (../shared/peers/article_kernels.py) at C = 16, 32, 64,
-on one set of tensors: inputs as DESIGN.md's accuracy inputs (q ~ N(0,1)/√D, k = normalize(N(0,1)),
+  article     the article's Triton kernels (article_kernels.py in --peers) at C = 16, 32, 64,
+on one set of tensors: inputs as the accuracy inputs of the design page in docs/ (q ~ N(0,1)/√D, k = normalize(N(0,1)),
 v ~ N(0,1), β = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3), dO ~ N(0,1); bf16, g fp32) at B=8, H=16,
 L=4096, D=128 (decode: B=64, one token, fp32 state). deltaproof and the article read the very same
 [B, H, L, D] tensors; fla, whose layout is [B, T, H, D], reads contiguous copies of the same values
@@ -53,7 +53,7 @@ DECODE_SHAPE = dict(B=64, H=16, T=1, DK=128, DV=128)
 DRY_SHAPE = dict(B=2, H=2, L=80, DK=16, DV=12)  # L = 80: a partial last chunk at C = 32 and 64
 DRY_DECODE_SHAPE = dict(B=2, H=2, T=1, DK=16, DV=12)
 FLA_CHUNK = 64  # fla's chunk size (not a parameter of its API)
-INPUTS_DESCRIPTION = ("DESIGN.md accuracy inputs: q ~ N(0,1)/sqrt(DK), k = normalize(N(0,1)), v ~ N(0,1), "
+INPUTS_DESCRIPTION = ("accuracy inputs: q ~ N(0,1)/sqrt(DK), k = normalize(N(0,1)), v ~ N(0,1), "
                       "beta = sigmoid(N(0,1)), g = logsigmoid(N(0,1)+3), dO ~ N(0,1), decode state ~ N(0,1); bf16, "
                       "g and states fp32")
 GRADIENTS = {"linear": ("q", "k", "v"), "delta": ("q", "k", "v", "beta"), "gated-delta": ("q", "k", "v", "beta", "g")}
@@ -644,9 +644,10 @@ def main(argv=None, override=None):
     p.add_argument("--sets", type=int, default=3, help="input sets rotated between calls (L2 is 50 MB)")
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--budget-s", type=float, default=540, help="skip (and record) what is left once this much time has gone")
-    p.add_argument("--peers", default=os.path.join(ROOT, ".peers"), help="folder holding fla/ and article_kernels.py")
+    p.add_argument("--peers", default=os.environ.get("DELTAPROOF_PEERS") or os.path.join(ROOT, ".peers"),
+                   help="folder holding fla/ and article_kernels.py (default $DELTAPROOF_PEERS, else .peers)")
     p.add_argument("--kernels-lib", default=os.environ.get("DELTAPROOF_KERNELS_LIB") or
-                   os.path.join(ROOT, "build", "release", "bench", "h200", "libdeltaproof_kernels.so"))
+                   os.path.join(ROOT, "build", "release", "bench", "gpu", "libdeltaproof_kernels.so"))
     p.add_argument("--lift-hopper-guard", action="store_true",
                    help="also run fla's gated backward with its Hopper guard lifted (checked before it is timed)")
     p.add_argument("--out", default=os.environ.get("OUT", "side_by_side_out"))
@@ -661,7 +662,7 @@ def main(argv=None, override=None):
         if bad:
             p.error(f"{name}: unknown {', '.join(bad)} (allowed: {', '.join(allowed)})")
     if not a.dry_run and a.repeats < 50:
-        p.error("--repeats: at least 50 on a GPU (DESIGN.md: median of >= 50 runs)")
+        p.error("--repeats: at least 50 on a GPU (the median of >= 50 runs)")
     if a.sets < 2:
         p.error("--sets: at least 2, so that inputs rotate")
     if a.lift_hopper_guard:
@@ -713,8 +714,15 @@ def main(argv=None, override=None):
     if probe is not None:
         log(f"kernels library probe: {probe['calls']} calls, {'ok' if probe['ok'] else 'FAILED: ' + '; '.join(probe['failures'])}")
 
+    sys.path.insert(0, os.path.dirname(HERE))
+    import provenance
+    versions = dict(torch=context["torch"], triton=context["triton"], fla=fla_version)
+    record_provenance = provenance.collect(__file__, sys.argv[1:] if argv is None else list(argv),
+                                           gpu=context["gpu"]["name"], extra_versions=versions)
+
     def write(records):
-        doc = dict(side_by_side=1, context=context, records=records, ratios=ratios(records))
+        doc = dict(side_by_side=1, provenance=record_provenance, context=context, records=records,
+                   ratios=ratios(records))
         tmp = json_path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=1, default=str)
