@@ -73,3 +73,30 @@ def collect(script, args, gpu=None, extra_versions=None):
             "commit": commit(), "commit_source": "checkout at run time",
             "gpu": gpu or gpu_name(), "host": f"{platform.node()}, {os.cpu_count()} CPUs",
             "versions": v, "command": command(script, args)}
+
+
+def stamp(path, command_line, gpu=None, extra_versions=None):
+    """Puts a provenance object first in the JSON at path (a Google Benchmark file, say), keeping the rest."""
+    import json
+    with open(path) as f:
+        data = json.load(f)
+    record = {"date": data.get("context", {}).get("date") or
+              datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "commit": commit(), "commit_source": "checkout at run time", "gpu": gpu or gpu_name(),
+              "host": f"{platform.node()}, {os.cpu_count()} CPUs",
+              "versions": dict(extra_versions or {}), "command": command_line}
+    data = {"provenance": record, **{k: v for k, v in data.items() if k != "provenance"}}
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="Put the provenance of a run made now into its JSON record.")
+    parser.add_argument("json", help="the record to stamp (rewritten in place)")
+    parser.add_argument("--command", required=True, help="the command that made it, re-runnable from the root")
+    parser.add_argument("--version", action="append", default=[], metavar="NAME=VALUE",
+                        help="a library version to record (repeatable)")
+    a = parser.parse_args()
+    stamp(a.json, a.command, extra_versions=dict(v.split("=", 1) for v in a.version))

@@ -32,21 +32,21 @@ B=$stage/$BUILD_DIR
 mkdir -p "$B/property_tests" "$B/bench" "$B/tools" "$B/packed_libs"
 binaries=()
 for t in "$BUILD_DIR"/property_tests/*_gpu_test "$BUILD_DIR"/property_tests/kernel_size_limits_test; do
-  [ -x "$t" ] && binaries+=("$t") && strip -o "$B/property_tests/$(basename "$t")" "$t"
+  if [ -x "$t" ]; then binaries+=("$t"); strip -o "$B/property_tests/$(basename "$t")" "$t"; fi
 done
 cp "$BUILD_DIR"/property_tests/*.cmake "$B/property_tests/"
-for f in "$BUILD_DIR"/CTestTestfile.cmake; do cp "$f" "$B/"; done
+cp "$BUILD_DIR"/CTestTestfile.cmake "$B/"
 for d in "$BUILD_DIR"/*/; do  # the top-level ctest file names every subdirectory: give each one an empty file
-  [ -f "$d/CTestTestfile.cmake" ] && [ ! -f "$B/$(basename "$d")/CTestTestfile.cmake" ] && mkdir -p "$B/$(basename "$d")" &&
-    : > "$B/$(basename "$d")/CTestTestfile.cmake"
+  sub=$B/$(basename "$d")
+  if [ -f "$d/CTestTestfile.cmake" ] && [ ! -f "$sub/CTestTestfile.cmake" ]; then mkdir -p "$sub"; : > "$sub/CTestTestfile.cmake"; fi
 done
 for b in bench/bench_linear_attention_cuda bench/bench_delta_rule_cuda tools/deltaproof; do
-  [ -x "$BUILD_DIR/$b" ] && binaries+=("$BUILD_DIR/$b") && strip -o "$B/$b" "$BUILD_DIR/$b"
+  if [ -x "$BUILD_DIR/$b" ]; then binaries+=("$BUILD_DIR/$b"); strip -o "$B/$b" "$BUILD_DIR/$b"; fi
 done
 mkdir -p "$B/CMakeFiles" && cp -r "$BUILD_DIR"/CMakeFiles/[0-9]* "$B/CMakeFiles/" 2>/dev/null || true
 # Shared libraries the binaries load, but glibc's, the loader and the driver's.
 ldd "${binaries[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*)\.so' |
+  { grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*)\.so' || true; } |
   while read -r lib; do cp -L "$lib" "$B/packed_libs/"; done
 realpath . > "$B/packed_from"
 mkdir -p "$(dirname "$archive")"

@@ -10,8 +10,8 @@
 #   sanitize  every GPU test under compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #             (ctest label gpu-sanitize)
 #   long      the 2^20-token and > 2^31-element runs (ctest label long)
-#   bench     bench_linear_attention_cuda and bench_delta_rule_cuda, Google Benchmark JSON with
-#             the provenance (date, commit, GPU, versions, command) in its context
+#   bench     bench_linear_attention_cuda and bench_delta_rule_cuda: Google Benchmark JSON, its
+#             provenance (date, commit, GPU, versions, command) put first by bench/provenance.py
 #   cli       deltaproof verify and gradcheck --impl cuda for every op, default and odd shapes
 #
 # Settings (environment, defaults in brackets):
@@ -27,16 +27,25 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-BUILD_DIR=$(realpath -m "${BUILD_DIR:-build/release}")
+BUILD_DIR_ARG=${BUILD_DIR:-build/release}
+BUILD_DIR=$(realpath -m "$BUILD_DIR_ARG")
 OUT=$(realpath -m "${OUT:-$BUILD_DIR/gpu_out}")
 CI_SEED=${CI_SEED:-20261129}
 SEEDS=${SEEDS:-20}
 SEED_JOBS=${SEED_JOBS:-6}
 JOBS=${JOBS:-$(nproc)}
+[ -d "$BUILD_DIR/property_tests" ] || { echo "run.sh: $BUILD_DIR/property_tests does not exist (BUILD_DIR)" >&2; exit 2; }
+phases=("$@")
+[ ${#phases[@]} = 0 ] && phases=(suites bench cli)
+for phase in "${phases[@]}"; do
+  case $phase in
+    suites|seeds|sanitize|long|bench|cli) ;;
+    *) echo "run.sh: unknown phase $phase (suites seeds sanitize long bench cli)" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
 [ -d "$BUILD_DIR/packed_libs" ] && export LD_LIBRARY_PATH="$BUILD_DIR/packed_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if ! command -v compute-sanitizer >/dev/null && [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
-[ -d "$BUILD_DIR/property_tests" ] || { echo "run.sh: $BUILD_DIR/property_tests does not exist (BUILD_DIR)" >&2; exit 2; }
 
 failed=0
 note() { echo "== $*"; }
@@ -83,21 +92,21 @@ phase_long() {
 }
 
 phase_bench() {
-  # Google Benchmark's --benchmark_context takes key=value pairs separated by commas: no commas in values.
-  local commit b rc
-  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
-  local driver nvcc
+  # The provenance (date, commit, GPU, versions, this command) goes first in each JSON (bench/provenance.py).
+  local b rc name driver nvcc
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
-  nvcc=$(grep -m1 '^CMAKE_CUDA_COMPILER_VERSION\|CMAKE_CUDA_COMPILER_VERSION' "$BUILD_DIR"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | sed 's/.*"\(.*\)".*/\1/')
+  nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' "$BUILD_DIR"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -1)
   for b in bench_linear_attention_cuda bench_delta_rule_cuda; do
-    local name=${b#bench_}
-    local cmd="$BUILD_DIR/bench/$b --benchmark_out=$OUT/$name.json --benchmark_out_format=json ${BENCH_ARGS:-}"
+    name=${b#bench_}
     "$BUILD_DIR/bench/$b" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json ${BENCH_ARGS:-} \
-      --benchmark_context="commit=$commit,commit_source=checkout at run time,gpu=${gpu_name:-none},nvidia_driver=${driver:-none},cuda_toolkit=${nvcc:-not recorded},command=bash bench/gpu/run.sh bench (BUILD_DIR=${BUILD_DIR#$ROOT/} BENCH_ARGS=${BENCH_ARGS:-})" \
       > "$OUT/$name.txt" 2>&1
     rc=$?; check $rc
     note "$b: rc=$rc, $OUT/$name.json"
+    if [ -s "$OUT/$name.json" ] && command -v python3 >/dev/null; then
+      python3 "$ROOT/bench/provenance.py" "$OUT/$name.json" \
+        --command "$BUILD_DIR_ARG/bench/$b --benchmark_out=$name.json --benchmark_out_format=json${BENCH_ARGS:+ $BENCH_ARGS}" \
+        --version "nvidia_driver=${driver:-not recorded}" --version "cuda_toolkit=${nvcc:-not recorded}" || failed=1
+    fi
     grep -E "_median" "$OUT/$name.txt" | awk '{print $1, $2, $3}' | sed 's/_median//; s|/iterations:1/repeats:60/manual_time||'
   done
 }
@@ -116,12 +125,7 @@ phase_cli() {
   cat "$OUT/cli_exits.txt"; rm -f "$OUT/cli_exits.txt"
 }
 
-phases=("$@")
-[ ${#phases[@]} = 0 ] && phases=(suites bench cli)
 for phase in "${phases[@]}"; do
-  case $phase in
-    suites|seeds|sanitize|long|bench|cli) start=$(date +%s); "phase_$phase"; note "$phase: $(( $(date +%s) - start )) s" ;;
-    *) echo "run.sh: unknown phase $phase (suites seeds sanitize long bench cli)" >&2; exit 2 ;;
-  esac
+  start=$(date +%s); "phase_$phase"; note "$phase: $(( $(date +%s) - start )) s"
 done
 exit $failed
