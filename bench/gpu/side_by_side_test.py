@@ -38,6 +38,10 @@ def test_dry_run_covers_every_op_and_pass(tmp_path):
     code, doc, path = run(tmp_path)
     assert code == 0
     assert doc["side_by_side"] == 1 and doc["context"]["dry_run"] is True
+    # the record's provenance: when, which checkout, which GPU, which versions, and the command that re-runs it
+    p = doc["provenance"]
+    assert p["date"][:2] == "20" and p["commit"] and p["gpu"].startswith("none") and p["versions"]["python"]
+    assert p["command"].startswith("python3 bench/gpu/side_by_side.py --dry-run")
     records = doc["records"]
     by_status = {}
     for r in records:
