@@ -1,4 +1,4 @@
-// deltaproof's CUDA kernels behind a plain C interface, for ctypes (bench/h200/side_by_side.py).
+// deltaproof's CUDA kernels behind a plain C interface, for ctypes (bench/gpu/side_by_side.py).
 //
 // The kernels run on device pointers the caller owns (PyTorch tensors) and on the caller's stream,
 // so that deltaproof's, fla's and the article's kernels are timed on the very same tensors in one
