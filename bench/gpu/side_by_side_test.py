@@ -11,7 +11,8 @@ import numpy as np
 
 try:
     import deltaproof
-    HAVE_CORE = deltaproof._backend._core_module is not None
+    # an unbuilt package folder imports as an empty namespace: no _backend
+    HAVE_CORE = getattr(getattr(deltaproof, "_backend", None), "_core_module", None) is not None
 except ImportError:
     HAVE_CORE = False
 if __name__ == "__main__" and not HAVE_CORE:
