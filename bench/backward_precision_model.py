@@ -2,7 +2,7 @@
 """Which intermediates of the DeltaNet / Gated DeltaNet chunkwise backward may enter the tensor cores as one
 bf16 rounding, and which need a hi + lo pair? A float64 model of the chunkwise forward and backward
 (reference/delta_rule.hpp's equations, batched over heads with numpy) with a rounding hook at every
-operand, run at DESIGN.md's accuracy shape (bf16, B=2, H=4, L=512, D=128, C=64, DESIGN inputs,
+operand, run at the accuracy shape (bf16, B=2, H=4, L=512, D=128, C=64, the accuracy inputs,
 dO ~ N(0,1)); prints each gradient's relative L2 against the same model without roundings, every
 gradient finally stored in bf16. cuda/NOTES_delta.md ("Backward v2") quotes its table.
 

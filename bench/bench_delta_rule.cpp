@@ -1,5 +1,5 @@
 // DeltaNet oracle on the CPU: the cost of each form against C in double, the cost of exactness
-// (High = 100-digit MPFR, Exact = ℚ) at one shared shape, the oracle targets of issue 13, and the
+// (High = 100-digit MPFR, Exact = ℚ) at one shared shape, the oracle's performance targets, and the
 // three triangular-solve paths.
 //
 //   bench_delta_rule --benchmark_out=delta.json --benchmark_out_format=json
@@ -81,7 +81,7 @@ void heavy(benchmark::internal::Benchmark* b) {
 // Milliseconds per iteration: wall and process CPU time.
 void timed(benchmark::internal::Benchmark* b) { b->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMillisecond); }
 
-// Issue 13's oracle targets: High chunkwise, one head, L = 4096, D = 128 (<= 20 s; C = 64 as the
+// The oracle's performance targets: High chunkwise, one head, L = 4096, D = 128 (<= 20 s; C = 64 as the
 // kernels use, 16 and 32 beside it), and the Exact recurrence at L = 1024, D = 64 (<= 30 s).
 void BM_TargetHighChunkwise(benchmark::State& state) { BM_DeltaChunkwise<High>(state); }
 void BM_TargetExactRecurrence(benchmark::State& state) { BM_DeltaRecurrence<Exact>(state); }

@@ -1,4 +1,4 @@
-// DeltaNet and Gated DeltaNet kernels on the GPU (DESIGN.md performance targets): chunkwise
+// DeltaNet and Gated DeltaNet kernels on the GPU (the performance targets): chunkwise
 // forward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, each stage timed on its own
 // too (WY preparation, state scan + output), the backward (all four stages, each stage alone), a
 // training step's forward + backward (the forward keeping what the backward's first kernel computes, and

@@ -1,4 +1,4 @@
-// Linear attention kernels on the GPU (DESIGN.md performance targets): chunkwise forward and
+// Linear attention kernels on the GPU (the performance targets): chunkwise forward and
 // backward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, and decode of one token at
 // B=64, H=16, D=128 with an fp32 state. Timing: CUDA events around each launch (UseManualTime),
 // 60 repetitions of one launch each, median reported; two input sets alternate so that a launch
