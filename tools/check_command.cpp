@@ -45,7 +45,7 @@ std::string header_line(const CheckOptions& o, const KernelCase& c, const Kernel
   line += ":";
   bool first = true;
   for (const auto& [name, t] : tensors_of(c, r)) {
-    line += std::string(first ? " " : ", ") + name + " " + t->shape_string() + " " + cuda::name_of(t->dtype);
+    line += std::string(first ? " " : ", ") + name + " " + t->shape_string() + " " + verify::name_of(t->dtype);
     first = false;
   }
   return line;
@@ -53,7 +53,7 @@ std::string header_line(const CheckOptions& o, const KernelCase& c, const Kernel
 
 nlohmann::json case_json(const CheckOptions& o, const KernelCase& c, const KernelResult& r) {
   nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& [name, t] : tensors_of(c, r)) tensors[name] = {{"shape", t->shape}, {"dtype", cuda::name_of(t->dtype)}};
+  for (const auto& [name, t] : tensors_of(c, r)) tensors[name] = {{"shape", t->shape}, {"dtype", verify::name_of(t->dtype)}};
   nlohmann::json j = {{"op", verify::name_of(c.op)},
                       {"layout", verify::name_of(c.layout)},
                       {"inputs", o.inputs},
