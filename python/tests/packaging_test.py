@@ -45,10 +45,13 @@ def test_pyproject_lists_every_subpackage_and_the_plugin():
 
 def test_the_package_here_reports_the_repository_version():
     from deltaproof._version import __version__
+    package = os.path.dirname(os.path.realpath(deltaproof.__file__))
     with open(os.path.join(REPO, "VERSION"), encoding="utf-8") as f:
         expected = f.read().strip()
-    if os.path.realpath(deltaproof.__file__).startswith(os.path.realpath(REPO) + os.sep):
+    if package.startswith(os.path.realpath(REPO) + os.sep):
         assert __version__ == expected  # the source tree, a build tree inside it, or an overlay of it
+    elif os.path.isfile(os.path.join(package, "VERSION")):  # a build tree elsewhere, VERSION copied beside
+        assert __version__ == expected
     else:  # installed: the metadata's version, which the build took from VERSION
         from importlib import metadata
         assert __version__ == metadata.version("deltaproof")
