@@ -142,7 +142,6 @@ class Case:
     def to_json(self):
         d = dataclasses.asdict(self)
         d["lengths"] = list(self.lengths)
-        d["kernel_scale"], d["judged_scale"] = self.kernel_scale, self.judged_scale
         return d
 
 
@@ -277,7 +276,8 @@ class CaseResult:
         return row["tensor"], _ratio(row)
 
     def to_json(self):
-        return {"case": self.case.to_json(), "description": self.case.describe(), "status": self.status,
+        return {"case": self.case.to_json(), "description": self.case.describe(),
+                "kernel_scale": self.case.kernel_scale, "judged_scale": self.case.judged_scale, "status": self.status,
                 "passed": self.passed, "verdict": self.verdict.to_json() if self.verdict is not None else None,
                 "error": self.error, "error_kind": self.error_kind, "traceback": self.traceback,
                 "reasons": list(self.reasons), "seconds": self.seconds}
@@ -475,13 +475,14 @@ def _validated(op, layout, dtypes, chunk_sizes, head_dims, regimes, scale, state
             raise ValueError(f"scale: expected \"{DRAWN}\" (1, K^-1/2, a random value or None, per case), None "
                              f"(the kernel's default, judged as K^-1/2) or a finite number (got {scale!r})")
     if state_dtype is not None:
+        given = state_dtype
         try:
             state_dtype = canonical(state_dtype)
         except ValueError:
-            state_dtype = None if state_dtype is None else str(state_dtype) + "?"
+            state_dtype = None
         if state_dtype not in STATE_DTYPES:
             raise ValueError(f"state_dtype: expected None (an fp32 running state) or one of {STATE_DTYPES} "
-                             f"(got {state_dtype!r})")
+                             f"(got {given!r})")
         if state_dtype == "fp32":
             state_dtype = None  # the default contract
         elif not _judge_accepts("state_dtype"):
