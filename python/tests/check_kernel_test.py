@@ -248,6 +248,8 @@ def test_report_prints_and_serialises():
     assert data["passed"] is False and data["counterexample"]["inputs"]["h0"] is not None
     assert len(data["cases"]) == 4 and "verdict" in data["cases"][0] and data["counts"]["disagree"] > 0
     assert data["cases"][0]["case"]["scale_mode"] in check.SCALE_MODES
+    rebuilt = check.Case(**dict(data["cases"][0]["case"], lengths=tuple(data["cases"][0]["case"]["lengths"])))
+    assert rebuilt == report.cases[0].case
 
 
 def test_judge_and_oracle_direct():
