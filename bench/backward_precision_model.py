@@ -4,7 +4,7 @@ bf16 rounding, and which need a hi + lo pair? A float64 model of the chunkwise f
 (reference/delta_rule.hpp's equations, batched over heads with numpy) with a rounding hook at every
 operand, run at the accuracy shape (bf16, B=2, H=4, L=512, D=128, C=64, the accuracy inputs,
 dO ~ N(0,1)); prints each gradient's relative L2 against the same model without roundings, every
-gradient finally stored in bf16. docs/kernels/delta_rule.md quotes its table (the tensor-core backward).
+gradient finally stored in bf16. docs/kernels/delta_rule.md ("Backward on tensor cores") says what it chose.
 
     /usr/bin/python3 bench/backward_precision_model.py [gated]     # about a minute
 """
@@ -118,6 +118,6 @@ print("Gated DeltaNet" if gated else "DeltaNet", f"(bf16, B={B}, H={H}, L={L}, D
 report("exact, then the stored bf16 rounding only", {})
 report("every intermediate one bf16 rounding", {n: bf16 for n in everything})
 report("the forward's bf16 W, U reused, the backward all pairs", reused_forward)
-report("tensor-core backward (docs/kernels/delta_rule.md)", v2)
+report("v2: the pairs and single roundings chosen first", v2)
 report("v3: v2 with S_[c], G' rounded once in the chunk gradients", v3)
 report("v3 with V̄, dV̄ also rounded once there", v3_all_single)

@@ -11,5 +11,5 @@ $SUDO apt-get install -y --no-install-recommends \
   libeigen3-dev libboost-dev libgmp-dev libmpfr-dev \
   libgtest-dev librapidcheck-dev libbenchmark-dev libcli11-dev \
   nlohmann-json3-dev libzip-dev \
-  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib \
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-pip python3-setuptools python3-wheel python3-build python3-venv \
   python3-nbclient python3-nbformat python3-ipykernel

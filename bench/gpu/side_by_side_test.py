@@ -26,6 +26,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import side_by_side  # noqa: E402
 
+pytestmark = pytest.mark.skipif(not HAVE_CORE, reason="deltaproof._core is not importable (PYTHONPATH=build/release/python)")
+
 FAST = ["--dry-run", "--repeats", "3", "--warmup", "1", "--sets", "2"]
 
 

@@ -166,7 +166,7 @@ def records_section(rep, records):
                         provenance_cells(dict(p, **part)) + [part.get("note", "")])
     rep.add(table(["record", "from", "date", "commit", "GPU", "command", "notes"], rows))
     rep.add(f"Peaks used throughout, measured on the H200: bf16 GEMM {PEAK_FLOPS / 1e12:.0f} TFLOP/s, device copy "
-            f"{PEAK_BYTES_PER_S / 1e12:.1f} TB/s. GPU clocks are not in Google Benchmark's JSON; docs/kernels/linear_attention.md records "
+            f"{PEAK_BYTES_PER_S / 1e12:.1f} TB/s. GPU clocks are not in Google Benchmark's JSON; docs/kernels/ records "
             "the runs at the H200's 1980 MHz maximum SM clock, clocks not touched. Shapes of the CUDA benchmarks: "
             f"{shape_text(GPU_SHAPE)}, bf16 inputs, fp32 accumulation; decode {shape_text(dict(GPU_DECODE_SHAPE, B=64))}, "
             "fp32 state.\n")
@@ -296,16 +296,16 @@ def explain(op, pass_, group, fits):
         "forward": "Why the bound is not reached: deltaproof's forward walks each head's ⌈L/C⌉ chunks in order, one "
                    "block per head (and per 64 value columns for DeltaNet), so the SMs neither stream memory nor keep "
                    "the tensor cores busy; each step's barriers and dependent loads are paid ⌈L/C⌉ times (τ), and the "
-                   "work inside a step runs on mma.sync at R (docs/kernels/linear_attention.md, 'Where the speed floor stands'; docs/kernels/delta_rule.md, "
-                   "'Where it stands'). A larger C means fewer steps but more work per step (FLOPs grow with C).",
+                   "work inside a step runs on mma.sync at R (docs/kernels/linear_attention.md and delta_rule.md, "
+                   "'Where the speed floor stands'). A larger C means fewer steps but more work per step (FLOPs grow with C).",
         "backward": "The backward is two such scans (dQ forward in time, dK and dV fused in reverse), so the same "
                     "step latency is paid twice per chunk.",
         "scan stage": "The scan stage is the sequential part of the DeltaNet forward (2 blocks of 8 warps per SM, "
-                      "each walking one head's chunks for 64 value columns); docs/kernels/delta_rule.md's ≈ 9.2 µs per chunk "
-                      "step at C = 64 is the whole step (590 µs / 64), which the model splits into τ and the work at R.",
+                      "each walking one head's chunks for 64 value columns); its time over the ⌈L/C⌉ steps is a whole "
+                      "step, which the model splits into τ and the work at R.",
         "prepare stage": "The prepare stage is parallel over chunks (B·H·⌈L/C⌉ blocks), not a scan, so the latency "
                          "model does not apply; it still runs several times its memory bound (docs/kernels/delta_rule.md, "
-                         "'What would move it next', item 3), and its C² and C³ terms make it grow with C.",
+                         "'Where the speed floor stands'), and its C² and C³ terms make it grow with C.",
     }
     if op != "linear" and pass_ == "forward":
         why["forward"] += (" For DeltaNet the forward adds the parallel prepare stage, whose cost grows with C, to the "
@@ -330,7 +330,7 @@ def decode_section(rep, measurements):
     rep.add(table(["op", "series", "shape", "time (µs)", "memory bound (µs)", "achieved bandwidth"], rows))
     rep.figure(rep.plots.decode(decode), "decode.png", "decode times against the memory bound")
     rep.add("Decode reads and writes the fp32 state once, so it is memory-bound by design: the gap to the dashed "
-            "line is bandwidth not reached (docs/kernels/linear_attention.md, 'Where the speed floor stands').\n")
+            "line is bandwidth not reached (docs/kernels/linear_attention.md, 'Where the speed floor stands', lever 3).\n")
 
 
 def model_section(rep):
@@ -363,8 +363,7 @@ def model_section(rep):
             "cost of one chunk step (barriers, dependent loads, the first products of a step), paid once per chunk "
             "because each head's chunks are walked in order; R is the rate at which the work itself then runs. "
             "It is a description, not a prediction: with three chunk sizes and two parameters, its residual is what "
-            "tests it. (docs/kernels/delta_rule.md's ≈ 9.2 µs per chunk step for the DeltaNet scan at C = 64 is a whole step, "
-            "τ and work together.)\n")
+            "tests it.\n")
 
 
 def counters_section(rep, runs):
@@ -424,7 +423,7 @@ def roofline_section(rep, measurements):
     if decode:
         text.append(f"Decode reaches {min(decode):.0%} to {max(decode):.0%} of the memory roof.")
     text.append("Executed tensor work exceeds the algorithmic count (hi + lo bf16 operands for S and P, padding): "
-                "docs/kernels/linear_attention.md counted 67.6 GFLOP executed against 51.5 algorithmic for the linear forward at C = 64.")
+                "docs/kernels/linear_attention.md puts the linear passes' executed tensor work at ≈ 1.6× the algorithmic count.")
     rep.add(" ".join(text) + "\n")
 
 

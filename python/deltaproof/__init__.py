@@ -8,7 +8,8 @@
 
 Forms: deltaproof.linear_attention, deltaproof.delta_rule, deltaproof.gated_delta_rule,
 deltaproof.ttt, deltaproof.lact (each function's docstring quotes its equation). Kernels for
-check_kernel: any fn(dict) -> dict; deltaproof.torch_kernel wraps a PyTorch (fla-style) forward function; deltaproof.reference_kernel
+check_kernel: any fn(dict) returning a dict or fla's tuple (o, ht, gradients…);
+deltaproof.torch_kernel wraps a PyTorch (fla-style) forward function; deltaproof.reference_kernel
 is the oracle itself as a kernel.
 """
 from . import _backend  # noqa: F401  (_core, or the C judge where _core does not import)

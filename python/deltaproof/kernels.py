@@ -28,7 +28,7 @@ def reference_kernel(form="chunkwise", solve="forward_substitution", scalar="dou
         op, layout, C = args["op"], args["layout"], int(args.get("chunk_size", 64))
         cu = args.get("cu_seqlens")
         varlen = cu is not None
-        scale = float(args.get("scale", 1.0))
+        scale = args.get("scale", 1.0)
         l2 = bool(args.get("qk_l2norm", False))
         f64 = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, np.ndarray) and k != "cu_seqlens" else v)
                for k, v in args.items()}
@@ -45,6 +45,7 @@ def reference_kernel(form="chunkwise", solve="forward_substitution", scalar="dou
                 out["dg"] = np.zeros(f64["g"].shape)
         N = len(cu) - 1 if varlen else q_all.shape[0]
         K, V = q_all.shape[-1], v_all.shape[-1]
+        scale = K ** -0.5 if scale is None else float(scale)  # None: fla's default
         state_shape = (N, H, V, K) if bhld else (N, H, K, V)
         out["ht"] = np.zeros(state_shape)
         if grads and "h0" in f64:

@@ -13,8 +13,9 @@ def torch_kernel(forward_fn, device="cuda", name=None, state_dtype="fp32", gate_
     forward_fn(q, k, v, beta=None, g=None, initial_state=None, cu_seqlens=None, scale=..., chunk_size=...,
     qk_l2norm=...) -> (o, ht), with torch tensors in the case's layout (fla: [B, T, H, D]). The adapter
     passes only the keyword arguments that apply (beta for delta ops, g for gated-delta, cu_seqlens
-    when varlen; scale, chunk_size, qk_l2norm always), converts every input exactly (bf16 values as
-    torch.bfloat16; g and states in fp32), and, when the inputs hold ``do`` (and ``dht``), computes
+    when varlen; scale, chunk_size, qk_l2norm always, scale=None where a case asks for the
+    function's own default), converts every input exactly (bf16 values as torch.bfloat16; g and
+    states in fp32), and, when the inputs hold ``do`` (and ``dht``), computes
     dq, dk, dv, dbeta, dg, dh0 by autograd with those cotangents. Outputs come back as float64 numpy
     arrays holding the kernel's values exactly.
     """
@@ -31,7 +32,8 @@ def torch_kernel(forward_fn, device="cuda", name=None, state_dtype="fp32", gate_
         names = ["q", "k", "v"] + [n for n in ("beta", "g", "h0") if n in args and args[n] is not None]
         dtypes = {n: (gate_dtype if n == "g" else state_dtype if n == "h0" else dtype) for n in names}
         inputs = {n: tensor(args[n], dtypes[n], backward) for n in names}
-        kwargs = {"scale": float(args.get("scale", 1.0)), "chunk_size": int(args.get("chunk_size", 64)),
+        scale = args.get("scale", 1.0)  # None: the function's own default (fla's K^-1/2)
+        kwargs = {"scale": None if scale is None else float(scale), "chunk_size": int(args.get("chunk_size", 64)),
                   "qk_l2norm": bool(args.get("qk_l2norm", False))}
         if args.get("cu_seqlens") is not None:
             kwargs["cu_seqlens"] = torch.as_tensor(np.asarray(args["cu_seqlens"]), dtype=torch.long, device=device)
