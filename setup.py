@@ -9,7 +9,7 @@ Python 3 on the platform; an interpreter other than the building one cannot impo
 judges through the C library (the oracle's forms need _core).
 
 Environment:
-  DELTAPROOF_CMAKE_BUILD_DIR  CMake's build folder (default build/python-package/cmake)
+  DELTAPROOF_CMAKE_BUILD_DIR  CMake's build folder (default build/python-cmake)
   DELTAPROOF_CMAKE_ARGS       extra configure arguments (shell words)
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs (default 2)
 """
@@ -36,7 +36,9 @@ except ImportError:
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_BUILD = os.path.join("build", "python-package")
-LIBRARY_OPTIONS = ["-DDELTAPROOF_BUILD_TESTS=OFF", "-DDELTAPROOF_BUILD_CUDA=OFF", "-DCMAKE_CUDA_COMPILER=NOTFOUND"]
+LIBRARY_OPTIONS = ["-DDELTAPROOF_BUILD_TESTS=OFF", "-DDELTAPROOF_BUILD_CUDA=OFF"]
+# Two levels below the root, as the presets' build folders: ccache then finds what they compiled.
+CMAKE_BUILD = os.path.join("build", "python-cmake")
 
 
 class BinaryDistribution(Distribution):
@@ -55,7 +57,7 @@ class build_cmake(build_ext):
             raise RuntimeError("deltaproof: cmake not found (Debian: apt-get install cmake ninja-build; see "
                                "tools/install_dependencies.sh)")
         build_dir = os.path.abspath(os.environ.get("DELTAPROOF_CMAKE_BUILD_DIR",
-                                                   os.path.join(ROOT, PACKAGE_BUILD, "cmake")))
+                                                   os.path.join(ROOT, CMAKE_BUILD)))
         os.makedirs(build_dir, exist_ok=True)
         configure = [cmake, "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPython3_EXECUTABLE={sys.executable}", *LIBRARY_OPTIONS]

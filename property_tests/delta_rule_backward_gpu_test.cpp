@@ -45,6 +45,7 @@ using namespace deltaproof::verify::delta_rule;
 using deltaproof::testing::check_cases;
 using deltaproof::testing::awkward_head_dims;
 using deltaproof::testing::kernel_chunk_sizes;
+using deltaproof::testing::boundary_and_partial_lengths;
 
 // The case, then every stage outside its bound.
 std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) {
