@@ -122,12 +122,15 @@ WyMoments wy_moments(const UnitInputs& in, const DeltaSweep& sw, const DeltaMode
         carried.noalias() += sigma2(i) * (k * k.transpose());
       }
       const double gamma_end = std::exp(G(n - 1));
-      const MatrixD update_mag = wy_mag.transpose() * (tail.asDiagonal() * K.cwiseAbs()) + gamma_end * S_a.cwiseAbs();
-      const double eps_update = (1 + m.u_op) * (1 + gamma_of(n + 2, m.u_acc32)) - 1;
+      // V̄ and λK enter the update as operands; S_[c] stays in fp32 (only the sums round it).
+      const MatrixD update_mag = (1 + m.u_op) * (1 + gamma_of(n + 2, m.u_acc32)) - 1 == 0
+                                     ? MatrixD::Zero(S_a.rows(), DK)
+                                     : MatrixD(((1 + m.u_op) * (1 + gamma_of(n + 2, m.u_acc32)) - 1) *
+                                                   (wy_mag.transpose() * (tail.asDiagonal() * K.cwiseAbs())) +
+                                               gamma_of(n + 2, m.u_acc32) * gamma_end * S_a.cwiseAbs());
       const MatrixD& S_b = a + n < L ? sw.chunk_starts[size_t((a + n) / m.chunk_stride)] : sw.final_state;
       for (Index j = 0; j < DK; ++j)
-        carried(j, j) += eps_update * eps_update * update_mag.col(j).squaredNorm() +
-                         m.u_state * m.u_state * S_b.col(j).squaredNorm();
+        carried(j, j) += update_mag.col(j).squaredNorm() + m.u_state * m.u_state * S_b.col(j).squaredNorm();
     }
     out.tr_final = std::max(out.tr_final, carried.trace());
   }

@@ -103,3 +103,59 @@ def wy_chunkwise_kernel(state_dtype=None):
 
     kernel.__name__ = f"wy_chunkwise[state {state_dtype or 'fp32'}]"
     return kernel
+
+
+def sweep(ops=("delta", "gated-delta"), cases=200, seed=0, dtypes=("bf16", "fp16", "fp32"), state_dtype=None, log=None):
+    """check_kernel's cases for the WY kernel, judged with verify::judge (chunk size not told, so every
+    chunk of 16, 32 and 64 tokens is covered): per op, how many cases agree, disagree or are
+    inconclusive, the largest err/bound and where. Forward only (the kernel has no backward)."""
+    import time
+
+    from deltaproof import check
+    from deltaproof.verdict import judge
+
+    fn = wy_chunkwise_kernel(state_dtype)
+    out = {}
+    for op in ops:
+        counts = {"agree": 0, "disagree": 0, "inconclusive": 0}
+        worst = {"ratio": 0.0}
+        rejected, undecided = [], []
+        started = time.perf_counter()
+        for case in check.draw_cases(op, dtypes=dtypes, max_cases=cases, seed=seed, backward=False):
+            args = check.kernel_arguments(case)
+            outputs = fn(dict(args))
+            tensors = {k: v for k, v in args.items() if k in ("q", "k", "v", "beta", "g", "h0")}
+            v = judge(op, tensors, outputs, layout=case.layout, dtype=case.dtype, cu_seqlens=case.cu_seqlens,
+                      state_dtype=state_dtype)
+            counts[v.status] += 1
+            if v.status == "disagree":
+                rejected.append(case.describe())
+            if v.status == "inconclusive":
+                undecided.append({"case": case.describe(), "premise": v.premise["text"]})
+            for row in v.comparisons:
+                if row["status"] != "inconclusive" and row["ratio"] is not None and row["ratio"] > worst["ratio"]:
+                    worst = {"ratio": row["ratio"], "tensor": row["tensor"], "case": case.describe()}
+            if log:
+                log(f"{op} {case.describe()}: {v.status}")
+        out[op] = {"cases": sum(counts.values()), **counts, "largest_ratio": worst, "rejected": rejected,
+                   "inconclusive_cases": undecided, "seconds": round(time.perf_counter() - started, 1)}
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import subprocess
+    import datetime
+
+    parser = argparse.ArgumentParser(description="verify::judge on the numpy WY chunkwise kernel over check_kernel's cases")
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--state-dtype", default=None)
+    a = parser.parse_args()
+    result = sweep(cases=a.cases, seed=a.seed, state_dtype=a.state_dtype)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(json.dumps({"date": datetime.date.today().isoformat(), "commit": commit, "numpy": np.__version__,
+                      "command": f"python3 python/tests/production_kernels.py --cases {a.cases} --seed {a.seed}"
+                                 + (f" --state-dtype {a.state_dtype}" if a.state_dtype else ""),
+                      "result": result}, indent=1))
