@@ -82,6 +82,15 @@ MatrixD state_block(const HostTensor& t, const Addressing& a, const Unit& u) {
 
 }  // namespace
 
+double subnormal_eta(DType d) {
+  switch (d) {
+    case DType::f16: return 0x1p-25;
+    case DType::bf16: return 0x1p-134;
+    case DType::f32: return 0x1p-150;
+    default: return 0x1p-1075;
+  }
+}
+
 // Row-wise n(x) = x / sqrt(‖x‖² + eps).
 MatrixD normalise_rows(const MatrixD& x) {
   MatrixD out = x;
@@ -390,7 +399,10 @@ void keep_freed_memory() {
 
 OutputRoundoffs roundoffs_of(const KernelResult& r) {
   auto u = [](const std::optional<HostTensor>& t) { return t ? unit_roundoff(t->dtype) : 0.0; };
-  return {u(r.o), u(r.ht), u(r.dq), u(r.dk), u(r.dv), u(r.dh0), u(r.dbeta), u(r.dg)};
+  OutputRoundoffs out{u(r.o), u(r.ht), u(r.dq), u(r.dk), u(r.dv), u(r.dh0), u(r.dbeta), u(r.dg)};
+  for (const auto* t : {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dh0, &r.dbeta, &r.dg})
+    if (*t) out.eta = std::max(out.eta, subnormal_eta((*t)->dtype));
+  return out;
 }
 
 // dq, dk through scale and the in-kernel normalisation, from the gradients on the q, k used.
@@ -536,6 +548,7 @@ Verdict judge(const KernelCase& c, const KernelResult& candidate, const JudgeOpt
       dm.u_state = state_roundoff;
       dm.u_acc32 = c.q.dtype == DType::f64 ? model.u_acc : 0x1p-23;
       dm.operand_max = largest_finite(c.q.dtype);
+      dm.eta_op = subnormal_eta(c.q.dtype);
       dm.chunk_sizes = chunk_sizes;
       dm.chunk_stride = chunk_stride;
       DeltaModel widened = dm;  // the double oracle's own error, in the same propagation

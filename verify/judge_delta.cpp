@@ -425,20 +425,25 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   // The in-chunk part of S_t q_t, Σ_{s ≤ t, within a window} |β_s| ‖u_s‖ |q_t·k_s|: its magnitude.
   const VectorD recent_writes = banded_score_sums(in.q, in.k, in.beta.cwiseAbs().cwiseProduct(sw.n_u), w, false);
   const VectorD o_norms = truth.o.rowwise().norm();
+  const VectorD recent_v_bar = window_sums(in.beta.cwiseAbs().cwiseProduct(sw.n_u), w, false);
   // The state error seen by o_t: the token recurrence's (errors through every later transition) or
   // the WY form's (uncontracted within a chunk), whichever is larger; the state read as an operand
   // is the one at the chunk's start (‖S_[c]‖ ≤ near_state) or S_t.
   for (Index t = 0; t < L; ++t) {
     const double local = eps * (std::max(sw.n_sq(t), near_state(t) * q_norms(t)) + recent_writes(t));
     const double stat = lam * std::sqrt(std::max({0.0, sw.qcq(t), wy.qcq(t)})) + local;
-    bd.o(t, 0) = stat + u.o * (o_norms(t) + stat);
+    // Below the normal range a rounding is off by η absolutely: o's own store (per entry), the scores
+    // and S_[c] as operands (the V̄ operands' η are in the WY moments).
+    const double absolute = u.eta * std::sqrt(double(truth.o.cols())) +
+                            m.eta_op * (std::sqrt(double(truth.o.cols())) * in.q.row(t).lpNorm<1>() + recent_v_bar(t));
+    bd.o(t, 0) = stat + u.o * (o_norms(t) + stat) + absolute;
   }
   const double ht_stat = lam * std::sqrt(std::max({0.0, sw.tr_c(L), wy.tr_final}));
-  bd.ht = MatrixD::Constant(1, 1, ht_stat + u.ht * (truth.ht.norm() + ht_stat));
+  bd.ht = MatrixD::Constant(1, 1, ht_stat + u.ht * (truth.ht.norm() + ht_stat) + u.eta * std::sqrt(double(truth.ht.size())));
   if (!gradients) return bd;
 
   const double dh0_stat = lam * std::sqrt(std::max(0.0, sw.tr_d_initial));
-  bd.dh0 = MatrixD::Constant(1, 1, dh0_stat + u.dh0 * (truth.dh0.norm() + dh0_stat));
+  bd.dh0 = MatrixD::Constant(1, 1, dh0_stat + u.dh0 * (truth.dh0.norm() + dh0_stat) + u.eta * std::sqrt(double(truth.dh0.size())));
   // Row bounds of the gradients at token t (kernel_model.hpp; σ are λ·sqrt of the covariances).
   // The in-chunk part of G_t k_t, Σ_{s ≥ t, within a window} ‖do_s‖ |q_s·k_t|: its magnitude.
   const VectorD do_norms = in.d_o->rowwise().norm();
@@ -487,7 +492,8 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
     bd.dq.array() /= (in.q_raw.rowwise().squaredNorm().array() + l2norm_eps).sqrt();
     bd.dk.array() /= (in.k_raw.rowwise().squaredNorm().array() + l2norm_eps).sqrt();
   }
-  auto add_output_rounding = [](MatrixD& bound, const MatrixD& truth, double u_out) {
+  auto add_output_rounding = [&](MatrixD& bound, const MatrixD& truth, double u_out) {
+    bound.col(0).array() += u.eta * std::sqrt(double(truth.cols()));
     bound.col(0).array() += u_out * (truth.rowwise().norm().array() + bound.col(0).array());
   };
   add_output_rounding(bd.dq, truth.dq, u.dq);

@@ -56,7 +56,12 @@ struct Bounds {
 // Unit roundoff of each output's storage dtype.
 struct OutputRoundoffs {
   double o = 0, ht = 0, dq = 0, dk = 0, dv = 0, dh0 = 0, dbeta = 0, dg = 0;
+  double eta = 0;  // the largest absolute rounding below an output dtype's normal range (fp16: 2⁻²⁵)
 };
+
+// Half the spacing of a dtype's subnormal numbers: a rounding there is off by up to this, whatever
+// the value (fp16 2⁻²⁵, bf16 2⁻¹³⁴, fp32 2⁻¹⁵⁰, fp64 2⁻¹⁰⁷⁵).
+double subnormal_eta(DType d);
 
 // A premise of a bound that a unit's inputs break: what was measured against what the model covers.
 struct PremiseFailure {
@@ -93,6 +98,7 @@ struct DeltaModel {
   double u_state = 0;      // the running state rounded to this at every chunk boundary (0: kept in fp32)
   double u_acc32 = 0x1p-23;  // fp32 accumulation (the WY form's triangular solve and state update)
   double operand_max = 0;  // the largest finite number of the operand dtype
+  double eta_op = 0;       // subnormal_eta of the operand dtype
   // The WY chunk sizes the bounds cover (chunks from each sequence's start), besides the token
   // recurrence (chunks of one token), which delta_oracle's own sweep covers.
   std::vector<long> chunk_sizes;

@@ -73,9 +73,9 @@ LinearOracle linear_chunkwise(const UnitInputs& in, bool gradients, bool magnitu
 
 namespace {
 
-MatrixD elementwise_bound(const MatrixD& magnitude, const MatrixD& truth, double eps, double u_out) {
+MatrixD elementwise_bound(const MatrixD& magnitude, const MatrixD& truth, double eps, double u_out, double eta) {
   const MatrixD accumulated = eps * magnitude;
-  return accumulated + u_out * (truth.cwiseAbs() + accumulated);
+  return (accumulated + u_out * (truth.cwiseAbs() + accumulated)).array() + eta;
 }
 
 }  // namespace
@@ -85,13 +85,13 @@ MatrixD elementwise_bound(const MatrixD& magnitude, const MatrixD& truth, double
 Bounds linear_bounds(const UnitInputs& in, const Truth& t, const Truth& m, bool gradients, double eps,
                      const OutputRoundoffs& u, double scale, bool normalised) {
   Bounds b;
-  b.o = elementwise_bound(m.o, t.o, eps, u.o);
-  b.ht = elementwise_bound(m.ht, t.ht, eps, u.ht);
+  b.o = elementwise_bound(m.o, t.o, eps, u.o, u.eta);
+  b.ht = elementwise_bound(m.ht, t.ht, eps, u.ht, u.eta);
   if (gradients) {
-    b.dq = elementwise_bound(pull_back_magnitude(in.q_raw, m.dq, scale, normalised), t.dq, eps, u.dq);
-    b.dk = elementwise_bound(pull_back_magnitude(in.k_raw, m.dk, 1.0, normalised), t.dk, eps, u.dk);
-    b.dv = elementwise_bound(m.dv, t.dv, eps, u.dv);
-    b.dh0 = elementwise_bound(m.dh0, t.dh0, eps, u.dh0);
+    b.dq = elementwise_bound(pull_back_magnitude(in.q_raw, m.dq, scale, normalised), t.dq, eps, u.dq, u.eta);
+    b.dk = elementwise_bound(pull_back_magnitude(in.k_raw, m.dk, 1.0, normalised), t.dk, eps, u.dk, u.eta);
+    b.dv = elementwise_bound(m.dv, t.dv, eps, u.dv, u.eta);
+    b.dh0 = elementwise_bound(m.dh0, t.dh0, eps, u.dh0, u.eta);
   }
   return b;
 }

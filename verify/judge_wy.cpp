@@ -75,7 +75,15 @@ WyMoments wy_moments(const UnitInputs& in, const DeltaSweep& sw, const DeltaMode
       const MatrixD terms = beta.cwiseAbs().asDiagonal() * V.cwiseAbs() +
                             beta_gamma.asDiagonal() * (K.cwiseAbs() * S_a.cwiseAbs().transpose());
       const MatrixD wy_mag = T.cwiseAbs() * terms;  // |T| |terms|
-      const MatrixD v_bar_error = eps_wy * wy_mag + solve_gamma * (T_solve * terms);
+      // Below the normal range each operand rounding is off by η absolutely: β·x and T (through |T|),
+      // W and S_[c] in W S_[c]ᵀ, U and V̄ stored.
+      const VectorD t_rows = T.cwiseAbs().rowwise().sum();
+      const VectorD w_rows = T.cwiseAbs() * (beta_gamma.asDiagonal() * K.cwiseAbs()).rowwise().sum();
+      const double s_max = S_a.size() ? S_a.cwiseAbs().maxCoeff() : 0.0;
+      MatrixD v_bar_error = eps_wy * wy_mag + solve_gamma * (T_solve * terms);
+      for (Index i = 0; i < n; ++i)
+        v_bar_error.row(i).array() += m.eta_op * (3 + 2 * t_rows(i) + double(DK) * s_max + w_rows(i) +
+                                                  t_rows(i) * (terms.row(i).size() ? terms.maxCoeff() : 0.0));
       // Premises: the fp32 solve a first-order perturbation of T, and the products representable.
       const double solve_growth = solve_gamma * TX.rowwise().sum().maxCoeff();
       if (solve_growth > 0.5 && out.premises.empty())
