@@ -7,7 +7,7 @@
 
 namespace deltaproof::verify::judging {
 
-// The double oracle of linear attention: the chunkwise form (the article's Equation 4, as
+// The double oracle of linear attention: the chunkwise form (the derivation's Equation 4, as
 // reference/linear_attention.hpp's chunkwise and chunkwise_backward) in matrix products of 64-token
 // chunks, on the inputs and, in the same chunk loop, on |inputs| for the magnitudes of the bounds.
 
