@@ -1,7 +1,9 @@
 // `deltaproof check`: the verdict on any kernel, from files. The inputs a kernel was given and what
 // it produced are read (verify/tensor_file.hpp), the oracle is evaluated on the exact values of
 // those inputs and every produced tensor is judged within its derived bound (verify/judge.hpp).
-// This file only parses, prints and maps the verdict to an exit code. A NaN or ±Inf in any tensor
+// This file only parses, prints and maps the verdict to an exit code: 0 agree, 1 disagree, 2 bad input,
+// 3 inconclusive (an error beyond a bound whose premise the inputs break: the premise and what was
+// measured are printed, and in --json the verdict's "status" and "premise"). A NaN or ±Inf in any tensor
 // (g = −∞ too) is refused as bad input (exit 2, the file, tensor and entry named), never judged: the
 // bounds hold for finite numbers only (tools/tests/check_cli_test.sh).
 #include "tools/commands.hpp"
@@ -97,12 +99,21 @@ int check(const CheckOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << header_line(o, c, r) << "\n" << verify::format_table(verdict);
-    std::string disagreeing;
-    for (const auto& row : verdict.comparisons)
-      if (!row.agrees()) disagreeing += (disagreeing.empty() ? "" : ", ") + row.tensor;
-    std::cout << (disagreeing.empty() ? "verdict: agree" : "verdict: DISAGREE (" + disagreeing + ")") << "\n";
+    std::string disagreeing, undecided;
+    for (const auto& row : verdict.comparisons) {
+      if (row.status() == verify::Status::disagree) disagreeing += (disagreeing.empty() ? "" : ", ") + row.tensor;
+      if (row.status() == verify::Status::inconclusive) undecided += (undecided.empty() ? "" : ", ") + row.tensor;
+    }
+    if (!disagreeing.empty()) std::cout << "verdict: DISAGREE (" << disagreeing << ")\n";
+    else if (!undecided.empty())
+      std::cout << "verdict: INCONCLUSIVE (" << undecided << "): " << verify::describe(*verdict.premise()) << "\n";
+    else std::cout << "verdict: agree\n";
   }
-  return verdict.agrees() ? 0 : 1;
+  switch (verdict.status()) {
+    case verify::Status::agree: return 0;
+    case verify::Status::disagree: return 1;
+    default: return 3;
+  }
 }
 
 }  // namespace deltaproof::tools

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,21 @@ namespace deltaproof::verify {
 
 using Index = std::int64_t;
 
-// How `error` and `bound` were measured: entry by entry, or as the 2-norm of one row (a token's
-// vector, or a whole state matrix in Frobenius norm).
-enum class Norm { elementwise, rowwise };
+// How `error` and `bound` were measured, the way the bound is stated: entry by entry, as the 2-norm
+// of one row (a token's vector), or as the Frobenius norm of a whole matrix (a state).
+enum class Norm { elementwise, rowwise, frobenius };
+
+// agree: the error is within the bound. disagree: it is not, and every premise of the bound holds.
+// inconclusive: it is not, but the inputs lie outside a premise of the bound, so the bound says
+// nothing there (a kernel may well be right); the premise is named with what was measured.
+enum class Status { agree, disagree, inconclusive };
+
+// A premise of a bound that the inputs break: which, the quantity measured, and what the premise
+// allows (e.g. "u32·‖(I − |A|)⁻¹‖∞ over a 64-token chunk", 3.1, 0.5).
+struct Premise {
+  std::string reason;
+  double measured = 0, limit = 0;
+};
 
 struct Comparison {
   std::string tensor;             // "o", "ht", "dq", … or a kernel stage ("W", "T16", "boundary")
@@ -30,11 +43,16 @@ struct Comparison {
   Index count = 0;                // entries compared
   Norm norm = Norm::elementwise;
   bool finite = true;             // false when the candidate holds NaN or Inf
+  std::string formula;            // the bound as stated, e.g. "ε·M + u_out(|y| + ε·M), M = the form on |inputs|"
+  std::optional<Premise> premise; // a premise of the bound the inputs break there (none: all hold)
 
-  bool agrees() const { return finite && ratio <= 1.0; }
+  // Within the bound (finite, ratio ≤ 1): agree; outside it, inconclusive where a premise is broken.
+  Status status() const;
+  bool agrees() const { return status() == Status::agree; }
 };
 
-// Folds `other` (the same tensor elsewhere: another head, chunk) into `into`: worst ratio wins.
+// Folds `other` (the same tensor elsewhere: another head, chunk) into `into`: the worse status wins
+// (a non-finite disagreement first, then disagree, inconclusive, agree), then the larger ratio.
 void merge_worst(Comparison& into, const Comparison& other);
 
 struct Verdict {
@@ -44,13 +62,25 @@ struct Verdict {
   double oracle_share = 0;
   Index units_in_high = 0, units = 0;
 
-  bool agrees() const;
+  // disagree if any row disagrees; else inconclusive if any row is; else agree.
+  Status status() const;
+  bool agrees() const { return status() == Status::agree; }
+  bool inconclusive() const { return status() == Status::inconclusive; }
+  // The broken premise of the first inconclusive row (none when no row is inconclusive).
+  std::optional<Premise> premise() const;
   const Comparison* find(const std::string& tensor) const;
 };
 
+std::string name_of(Status s);  // "agree", "disagree", "inconclusive"
+std::string name_of(Norm n);    // "elementwise", "rowwise", "frobenius"
+// "‖I − β k kᵀ‖ = 19.8 > 1": a broken premise in one line.
+std::string describe(const Premise& p);
+
 nlohmann::json to_json(const Comparison& c);
 nlohmann::json to_json(const Verdict& v);
-// Aligned table, one row per comparison: tensor, max abs, rms, bound, err/bound, worst, verdict.
+// Aligned table, one row per comparison: tensor, how the error is measured, the error there, the
+// bound, err/bound, the worst index, max abs and rms over all entries, the verdict; then each row's
+// bound formula and each broken premise.
 std::string format_table(const Verdict& v);
 
 }  // namespace deltaproof::verify

@@ -1,43 +1,57 @@
 // How far a kernel we did not write may be from the exact oracle: the model behind every bound of
 // verify::judge. A black-box kernel's algorithm is unknown, so the bound is derived from a stated
 // model of what such a kernel does, and calibrated on real kernels (ours and the public library's,
-// NOTES in the closing notes / bench/results/peers):
+// bench/results/peers). The derivations, with the premises each bound rests on and what the judge
+// says where a case breaks one (inconclusive, never disagree): proofs/kernel_error_bounds.md.
 //
 // 1. Inputs. The oracle runs on the exact values of the inputs the kernel was given (doubles hold
 //    every bf16, fp16 and fp32 value exactly), so input rounding costs nothing.
 // 2. Operands. Along any path from an input to an output the kernel rounds at most r intermediates
 //    to its operand precision u_op (the input dtype, or TF32 for Triton's fp32 tl.dot): scale·q,
-//    the state stored between chunks, the score / WY / V̄ matrices fed back into the tensor cores.
-//    r = 3, plus one for q/k normalised inside the kernel. TF32 is a truncation, not a rounding:
-//    Triton's tl.dot on fp32 passes the fp32 bits to the tensor cores, which ignore the low 13
-//    mantissa bits (no cvt.rna; Triton's issue #4574, and its PR #9295 adding rounding as an
-//    option), so |δ| < 2⁻¹⁰, twice a rounding's 2⁻¹¹. Measured: fla's chunk_linear_attn and the
-//    article's linear_chunk in fp32, L = 1, ht = kᵀv exceeded a 2⁻¹¹ bound by 1.03–1.14× (the
-//    truncation's worst case is 4/3×), bench/results/peers.
+//    the state read as an operand, the score / WY / V̄ matrices fed back into the tensor cores.
+//    r = 3, plus one for q/k normalised inside the kernel (the WY products: five, judge_wy.cpp).
+//    TF32 is a truncation, not a rounding: Triton's tl.dot on fp32 passes the fp32 bits to the
+//    tensor cores, which ignore the low 13 mantissa bits, so |δ| < 2⁻¹⁰, twice a rounding's 2⁻¹¹.
+//    Measured: fla's chunk_linear_attn and the derivation's linear_chunk in fp32, L = 1, ht = kᵀv
+//    exceeded a 2⁻¹¹ bound by 1.03–1.14× (the truncation's worst case is 4/3×), bench/results/peers.
+//    Below a dtype's normal range a rounding is off by η absolutely (fp16 2⁻²⁵, bf16 2⁻¹³⁴).
 // 3. Accumulation in fp32 (fp64 for fp64 inputs) over chains of at most m additions, sums on
 //    tensor cores truncated rather than rounded (u_acc = 2⁻²³; 2⁻⁵² for fp64).
 //    Per step: ε = (1 + u_op)^r (1 + γ_m(u_acc)) − 1 (Higham, Lemma 3.3 and Thm 3.1).
-// 4. Output. A stored result is rounded once more to its own dtype: + u_out·(|y| + bound).
+// 4. The running state between chunks is fp32 (fp64 for fp64 kernels) unless the kernel declares a
+//    16-bit one (JudgeOptions::state_dtype), which is then rounded at every chunk boundary.
+// 5. Output. A stored result is rounded once more to its own dtype: + u_out·(|y| + bound) + η.
 //
 // Linear attention: every output and gradient entry is a sum of products of inputs, so
 //   |ŷ − y| ≤ ε·M + u_out·(|y| + ε·M),  M = the same form on |inputs| (elementwise, rigorous),
 //   m = L + ⌈L/16⌉ + DK + DV + 64 + 8 (the longest chain for any chunk size up to 64).
 // DeltaNet / Gated DeltaNet: the same form on |inputs| grows like 2^L (the erase term), so the
-// bound is normwise, row by row (a token's vector; a state as one Frobenius row). The state's
-// error is propagated through the recurrence S_t = α_t S_{t−1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ:
-//   e_t = ρ_t e_{t−1} + ε·m_t,  ρ_t = α_t max(1, |1 − β_t‖k_t‖²|)  (the transition's 2-norm),
-//   m_t = α_t‖S_{t−1}‖(1 + β_t‖k_t‖²) + β_t‖v_t‖‖k_t‖  (+ the decay's own error for gated),
-// and likewise backwards for the state cotangent G_t. A chunk kernel touches, for token t, the
-// states and writes of up to 64 neighbouring tokens, so local terms use window magnitudes over
-// ±64 tokens: the largest state a chunk containing t can start from, plus the norms of the chunk's
-// writes before t (reads after t, for the cotangent), by the triangle inequality.
+// bound is normwise, row by row (a token's vector; a state as one Frobenius row). Two algorithms
+// are covered and the bound is the larger of theirs:
+//  - the token recurrence (a kernel that steps token by token): the state's error is propagated
+//    through S_t = α_t S_{t−1}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ:
+//      e_t = ρ_t e_{t−1} + ε·m_t,  ρ_t = α_t max(1, |1 − β_t‖k_t‖²|)  (the transition's 2-norm),
+//      m_t = α_t‖S_{t−1}‖(1 + β_t‖k_t‖²) + β_t‖v_t‖‖k_t‖  (+ the decay's own error for gated),
+//    and likewise backwards for the state cotangent G_t;
+//  - the WY chunkwise algorithm with chunks of 16, 32 or 64 tokens from each sequence's start (or
+//    the chunk size the kernel declares): within a chunk the rounding errors of V̄_i reach the state
+//    as δV̄_i k_iᵀ, NOT through the transitions of the chunk's later tokens (the WY form realises
+//    those by cancellation between terms, whose errors do not cancel), sized by the WY products
+//    |T| (|βV| + |βγK| |S_[c]|ᵀ) and the fp32 solve's γ_D |T||I + A||T|; from the chunk's end on,
+//    through the exact transitions (judge_wy.cpp).
+// A chunk kernel touches, for token t, the states and writes of up to 64 neighbouring tokens, so
+// local terms use window magnitudes over ±64 tokens: the largest state a chunk containing t can
+// start from, plus the norms of the chunk's writes before t (reads after t, for the cotangent).
 // Over long sequences rounding errors that are independent and mean-zero add in quadrature:
 // Pinelis' inequality for sums of bounded independent vectors gives
 //   ‖Σ δ_s‖ ≤ λ·sqrt(Σ ‖δ_s‖²) except with probability 2·exp(−λ²/2);  λ = 8 (≤ 2.6e-14 per bound).
 // The propagated errors are carried as second-moment proxies of the independent entrywise
 // roundings: key side C_t (DK × DK, exact through the transitions) for E_t x, and value side v_t
 // (a diagonal, through ‖transition‖²) for E_tᵀ x (dq = S_tᵀ do, and the F_tᵀ u_t, E_{t−1}ᵀ G_t k_t
-// terms of dk); where both apply, the smaller.
+// terms of dk); where both apply, the smaller, and never below the WY form's.
+// Premises a case can break (the row is then inconclusive where its error exceeds the bound): the
+// fp32 solve of T a first-order perturbation (γ_D(u32)·‖|T||I + A|‖∞ ≤ 1/2), the WY products and the
+// exact outputs within their dtype's range.
 #pragma once
 
 #include "verify/kernel_case.hpp"

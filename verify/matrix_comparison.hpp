@@ -128,7 +128,7 @@ inline std::string location_text(const Comparison& c) {
   std::string s;
   if (c.batch >= 0 || c.head >= 0) s += "b=" + std::to_string(c.batch) + " h=" + std::to_string(c.head) + " ";
   if (c.chunk >= 0) s += "chunk=" + std::to_string(c.chunk) + " ";
-  s += c.norm == Norm::rowwise ? "row " : "";
+  s += c.norm == Norm::rowwise ? "row " : c.norm == Norm::frobenius ? "whole " : "";
   s += "(";
   for (size_t i = 0; i < c.index.size(); ++i) s += (i ? ", " : "") + std::to_string(c.index[i]);
   return s + ")";
@@ -138,7 +138,10 @@ inline std::string location_text(const Comparison& c) {
 inline std::string describe(const Comparison& c) {
   return c.tensor + " at " + location_text(c) + ": error " + number_text(c.error) + ", bound " + number_text(c.bound) +
          ", err/bound " + (c.finite ? number_text(c.ratio) : std::string("non-finite")) + ", max abs " +
-         number_text(c.max_abs) + ", rms " + number_text(c.rms) + (c.agrees() ? "" : "  OUTSIDE BOUND");
+         number_text(c.max_abs) + ", rms " + number_text(c.rms) +
+         (c.status() == Status::agree          ? ""
+          : c.status() == Status::inconclusive ? "  INCONCLUSIVE (" + describe(*c.premise) + ")"
+                                               : "  OUTSIDE BOUND");
 }
 
 // Every row that disagrees, one per line (empty when all agree).
@@ -162,7 +165,8 @@ inline std::string format_rows(const std::vector<Comparison>& rows, const std::v
     std::snprintf(line, sizeof line, "  %-14s %-18s %-28s %11s %11s %11s %11s %11s  %s\n", c.tensor.c_str(),
                   labelled && i < labels.size() ? labels[i].c_str() : "", location_text(c).c_str(), number_text(c.error).c_str(),
                   number_text(c.bound).c_str(), c.finite ? number_text(c.ratio).c_str() : "non-finite",
-                  number_text(c.max_abs).c_str(), number_text(c.rms).c_str(), c.agrees() ? "agree" : "DISAGREE");
+                  number_text(c.max_abs).c_str(), number_text(c.rms).c_str(),
+                  c.status() == Status::agree ? "agree" : c.status() == Status::inconclusive ? "INCONCLUSIVE" : "DISAGREE");
     out += line;
   }
   return out;

@@ -40,14 +40,19 @@ def _c_library():
     return _clib
 
 
-def judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads):
-    """(verdict JSON text, table text): through _core, else through the C library."""
-    if _core_module is not None:
-        return _core_module.judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads)
-    return _c_judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads)
+def judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads, state_dtype=None, chunk_size=0,
+          backend=None):
+    """(verdict JSON text, table text): through _core, else through the C library (backend: "core" or
+    "c" to choose)."""
+    if backend not in (None, "core", "c"):
+        raise ValueError(f"backend: expected 'core' or 'c' (got {backend!r})")
+    if backend == "core" or (backend is None and _core_module is not None):
+        return core().judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads, state_dtype,
+                            chunk_size)
+    return _c_judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads, state_dtype, chunk_size)
 
 
-def _c_judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads):
+def _c_judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, threads, state_dtype=None, chunk_size=0):
     arrays = []
 
     def describe(tensors):
@@ -59,7 +64,8 @@ def _c_judge(op, layout, inputs, outputs, scale, cu_seqlens, qk_l2norm, tf32, th
         return out
 
     request = {"op": op, "layout": layout, "scale": scale, "cu_seqlens": list(cu_seqlens), "qk_l2norm": qk_l2norm,
-               "tf32": tf32, "threads": threads, "inputs": describe(inputs), "outputs": describe(outputs)}
+               "tf32": tf32, "threads": threads, "state_dtype": state_dtype, "chunk_size": chunk_size,
+               "inputs": describe(inputs), "outputs": describe(outputs)}
     pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
     lib = _c_library()
     raw = lib.deltaproof_judge(json.dumps(request).encode(), pointers, len(arrays))

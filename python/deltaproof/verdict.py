@@ -70,16 +70,29 @@ def _cu_seqlens(cu_seqlens):
     return [int(x) for x in np.asarray(as_float64(cu_seqlens, "cu_seqlens")).reshape(-1)]
 
 
+STATUSES = ("agree", "disagree", "inconclusive")
+
+
 class Verdict:
-    """verify::Verdict as data: ``.agrees``, ``.comparisons`` (one dict per tensor: tensor, batch,
-    head, chunk, index, error, bound, ratio, reference, max_abs, rms, count, norm, finite, agrees),
-    ``.oracle_share``, ``.units``, ``.units_in_high``; prints as the C++ table."""
+    """verify::Verdict as data: ``.status`` ("agree", "disagree" or "inconclusive"), ``.agrees``,
+    ``.disagrees``, ``.inconclusive``, ``.premise`` (the broken premise of the first inconclusive row:
+    reason, measured, limit, text; None when none), ``.comparisons`` (one dict per tensor: tensor,
+    batch, head, chunk, index, error, bound, ratio, reference, max_abs, rms, count, norm (how error and
+    bound are measured: elementwise, rowwise or frobenius), formula (the bound as stated), finite,
+    status, premise, agrees), ``.oracle_share``, ``.units``, ``.units_in_high``; prints as the C++ table.
+
+    inconclusive: an error beyond its bound where the inputs lie outside a premise of that bound (the
+    bound says nothing there), never a disagreement. ``bool(verdict)`` is True only for agree."""
 
     def __init__(self, data, table):
         self.data = data
         self.table = table
 
-    agrees = property(lambda self: bool(self.data["agrees"]))
+    status = property(lambda self: self.data.get("status", "agree" if self.data["agrees"] else "disagree"))
+    agrees = property(lambda self: self.status == "agree")
+    disagrees = property(lambda self: self.status == "disagree")
+    inconclusive = property(lambda self: self.status == "inconclusive")
+    premise = property(lambda self: self.data.get("premise"))
     comparisons = property(lambda self: self.data["comparisons"])
     oracle_share = property(lambda self: self.data.get("oracle_share"))
     units = property(lambda self: self.data.get("units"))
@@ -92,7 +105,12 @@ class Verdict:
         return next((c for c in self.comparisons if c["tensor"] == tensor), None)
 
     def failing(self):
-        return [c["tensor"] for c in self.comparisons if not c["agrees"]]
+        """Tensors whose rows disagree."""
+        return [c["tensor"] for c in self.comparisons if c.get("status", "agree" if c["agrees"] else "disagree") == "disagree"]
+
+    def undecided(self):
+        """Tensors whose rows are inconclusive."""
+        return [c["tensor"] for c in self.comparisons if c.get("status") == "inconclusive"]
 
     def to_json(self):
         return dict(self.data)
@@ -101,18 +119,25 @@ class Verdict:
         return self.table
 
     def __repr__(self):
-        return f"Verdict(agrees={self.agrees}, failing={self.failing()})"
+        extra = f", inconclusive={self.undecided()}" if self.inconclusive else ""
+        return f"Verdict(status={self.status!r}, failing={self.failing()}{extra})"
 
 
 def judge(op, inputs, outputs, layout="blhd", dtype="bf16", scale=1.0, cu_seqlens=None, qk_l2norm=False,
-          tf32=False, dtypes=None, threads=0):
+          tf32=False, dtypes=None, threads=0, state_dtype=None, chunk_size=0, backend=None):
     """Judges a kernel's outputs against the oracle on the exact values of its inputs (verify::judge).
 
     op: "linear", "delta" or "gated-delta". tf32: the kernel multiplies fp32 operands in TF32 (Triton's
-    tl.dot default), so fp32 is judged with operands truncated to TF32 (|δ| < 2⁻¹⁰). Returns a Verdict."""
+    tl.dot default), so fp32 is judged with operands truncated to TF32 (|δ| < 2⁻¹⁰). state_dtype: the
+    running state's dtype between chunks (default fp32, fp64 for fp64 kernels); a kernel that keeps a
+    bf16 or fp16 state says so ("bf16"), one that does not is held to fp32. chunk_size: the kernel's
+    chunk size for the delta family's WY bounds (0: unknown, chunks of 16, 32 and 64 are covered).
+    backend: "core" (pybind11) or "c" (ctypes), default whichever loads. Returns a Verdict."""
+    state = None if state_dtype is None else canonical(state_dtype)
     text, table = _backend.judge(op, layout, _tensors(inputs, INPUT_NAMES, dtype, dtypes, "input"),
-                              _tensors(outputs, OUTPUT_NAMES, dtype, dtypes, "output"), float(scale),
-                              _cu_seqlens(cu_seqlens), bool(qk_l2norm), bool(tf32), int(threads))
+                                 _tensors(outputs, OUTPUT_NAMES, dtype, dtypes, "output"), float(scale),
+                                 _cu_seqlens(cu_seqlens), bool(qk_l2norm), bool(tf32), int(threads), state,
+                                 int(chunk_size), backend)
     return Verdict(json.loads(text), table)
 
 

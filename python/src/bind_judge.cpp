@@ -5,6 +5,7 @@
 #include "verify/judge.hpp"
 
 #include <nlohmann/json.hpp>
+#include <pybind11/stl.h>
 
 #include <utility>
 
@@ -71,7 +72,8 @@ void bind_judge(py::module_& m) {
   m.def(
       "judge",
       [](const std::string& op, const std::string& layout, const py::dict& inputs, const py::dict& outputs, double scale,
-         const std::vector<vf::Index>& cu_seqlens, bool qk_l2norm, bool tf32, unsigned threads) {
+         const std::vector<vf::Index>& cu_seqlens, bool qk_l2norm, bool tf32, unsigned threads,
+         const std::optional<std::string>& state_dtype, long chunk_size) {
         const vf::KernelCase c = kernel_case(op, layout, inputs, scale, cu_seqlens, qk_l2norm);
         static const char* known[] = {"o", "ht", "dq", "dk", "dv", "dbeta", "dg", "dh0"};
         for (const auto& item : outputs) {
@@ -92,12 +94,16 @@ void bind_judge(py::module_& m) {
         vf::Verdict v;
         {
           py::gil_scoped_release release;
-          v = vf::judge(c, r, vf::JudgeOptions{tf32, threads});
+          vf::JudgeOptions options;
+          options.tf32_operands = tf32, options.threads = threads, options.chunk_size = chunk_size;
+          if (state_dtype) options.state_dtype = vf::parse_dtype(*state_dtype);
+          v = vf::judge(c, r, options);
         }
         return py::make_tuple(vf::to_json(v).dump(), vf::format_table(v));
       },
       py::arg("op"), py::arg("layout"), py::arg("inputs"), py::arg("outputs"), py::arg("scale"), py::arg("cu_seqlens"),
-      py::arg("qk_l2norm"), py::arg("tf32"), py::arg("threads"));
+      py::arg("qk_l2norm"), py::arg("tf32"), py::arg("threads"), py::arg("state_dtype") = py::none(),
+      py::arg("chunk_size") = 0);
 
   m.def(
       "oracle",

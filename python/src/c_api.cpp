@@ -2,6 +2,7 @@
 // was not built for (deltaproof/_backend.py loads it with ctypes). No Python headers inside.
 //
 //   request: JSON {"op", "layout", "scale", "cu_seqlens": [..], "qk_l2norm", "tf32", "threads",
+//                  optional "state_dtype" ("bf16", "fp16", "fp32", "fp64"), optional "chunk_size",
 //                  "inputs": {name: {"shape": [..], "dtype": "bf16", "index": i}}, "outputs": {...}}
 //   arrays[i]: the float64 row-major values of the tensor with that index.
 //   returns: malloc'd JSON {"verdict": {...}, "table": "..."} or {"error": "..."}; free with deltaproof_free.
@@ -80,8 +81,13 @@ char* deltaproof_judge(const char* request, const double* const* arrays, long n_
     k.dg = tensor(out, "dg", arrays, n_arrays);
     k.dh0 = tensor(out, "dh0", arrays, n_arrays);
     vf::validate_result(c, k);
-    const vf::Verdict v =
-        vf::judge(c, k, vf::JudgeOptions{r.at("tf32").get<bool>(), r.at("threads").get<unsigned>()});
+    vf::JudgeOptions options;
+    options.tf32_operands = r.at("tf32").get<bool>();
+    options.threads = r.at("threads").get<unsigned>();
+    if (r.contains("state_dtype") && !r.at("state_dtype").is_null())
+      options.state_dtype = vf::parse_dtype(r.at("state_dtype").get<std::string>());
+    if (r.contains("chunk_size") && !r.at("chunk_size").is_null()) options.chunk_size = r.at("chunk_size").get<long>();
+    const vf::Verdict v = vf::judge(c, k, options);
     return copy_out(json{{"verdict", vf::to_json(v)}, {"table", vf::format_table(v)}}.dump());
   } catch (const std::exception& e) {
     return copy_out(json{{"error", e.what()}}.dump());

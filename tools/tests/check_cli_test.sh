@@ -2,7 +2,8 @@
 # Command-line contract of `deltaproof check`: numpy writes inputs and the float64 recurrence's
 # outputs (rounded to the kernel dtype) in .npz and hand-built .safetensors files, fixed-length bhld and
 # varlen blhd (an empty and a one-token sequence), forward and backward; deltaproof agrees (exit 0).
-# One output entry moved well past rounding: exit 1 and that entry is the worst index printed.
+# One output entry moved well past rounding: exit 1 and that entry is the worst index printed. Outside a
+# bound's premise (DeltaNet keys with β k² = 100): exit 3, inconclusive, with the premise and its measure.
 # Bad files: exit 2, one line on stderr naming the file and the tensor, nothing on stdout; NaN and
 # ±Inf in any tensor, input or output, are bad files (named to the entry), never judged.
 source "$(dirname "$0")/cli_expect.sh"
@@ -140,6 +141,20 @@ q_nan[0, 3, 1, 2], beta_inf[0, 5, 0], g_minus_inf[0, 2, 1] = np.nan, np.inf, -np
 np.savez(f"{d}/gated_in_q_nan.npz", q=q_nan, k=k, v=v, beta=beta, g=g)
 np.savez(f"{d}/gated_in_beta_inf.npz", q=q, k=k, v=v, beta=beta_inf, g=g)
 np.savez(f"{d}/gated_in_g_minus_inf.npz", q=q, k=k, v=v, beta=beta, g=g_minus_inf)
+
+# DeltaNet outside a premise: DK = 1 keys with β k² = 100 for 20 tokens (|T| ~ 99^19, beyond a fp32 solve
+# to first order); an output moved far off is inconclusive (exit 3), never a disagreement.
+L = 20
+q, k = np.full((1, 1, L, 1), 0.5, np.float32), np.full((1, 1, L, 1), 10.0, np.float32)
+v, beta = np.round(rng.standard_normal((1, 1, L, 1)), 2).astype(np.float32), np.ones((1, 1, L), np.float32)
+np.savez(f"{d}/steep_in.npz", q=q, k=k, v=v, beta=beta)
+o = np.zeros((1, 1, L, 1))
+S = 0.0
+for t in range(L):
+    S = S * (1 - 100.0) + 10.0 * float(v[0, 0, t, 0])
+    o[0, 0, t, 0] = 0.5 * S
+o[0, 0, 3, 0] += 1e3 * (1 + abs(o[0, 0, 3, 0]))
+np.savez(f"{d}/steep_out_moved.npz", o=o)
 EOF
 
 # The row of one tensor in the table names this worst index and verdict.
@@ -184,6 +199,16 @@ expect_exit 1 check --op linear --layout blhd --cu-seqlens --inputs "$dir/varlen
 # Gated DeltaNet, fla layout, fixed length.
 expect_exit 0 check --op gated-delta --layout blhd --inputs "$dir/gated_in.npz" --outputs "$dir/gated_out.npz"
 expect_row o "" agree
+
+# Inconclusive: exit 3, the row and the verdict line say so with the premise; --json has status and premise.
+expect_exit 3 check --op delta --inputs "$dir/steep_in.npz" --outputs "$dir/steep_out_moved.npz"
+expect_row o "" INCONCLUSIVE
+grep -q "^verdict: INCONCLUSIVE (o): .* > " "$out" || fail "no inconclusive verdict line with its premise: $(cat "$out")"
+expect_exit 3 check --op delta --inputs "$dir/steep_in.npz" --outputs "$dir/steep_out_moved.npz" --json
+"$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); o=[c for c in d["comparisons"] if c["tensor"]=="o"][0]
+assert d["status"]=="inconclusive" and d["inconclusive"] is True and d["agrees"] is False, d["status"]
+assert o["status"]=="inconclusive" and o["premise"]["measured"] > o["premise"]["limit"], o' "$out" \
+  || fail "check --json does not carry the inconclusive status and premise: $(head -c 800 "$out")"
 
 # Bad input: exit 2, one line naming the file and the tensor, nothing on stdout.
 expect_bad_input "in_truncated.npz|truncated" check --op linear --inputs "$dir/in_truncated.npz" --outputs "$dir/out.npz"

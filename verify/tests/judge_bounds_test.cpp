@@ -1,0 +1,505 @@
+// verify::judge's bounds held from both sides: every output the judge compares catches an error
+// planted in it alone, at the planted index; each term of the kernel error model lets the honest
+// computation through and catches an error of about twice what the term allows; the WY chunkwise
+// algorithm as production kernels run it (16-bit operands, fp32 sums, fp32 or 16-bit running state)
+// agrees where its premises hold and is inconclusive, never rejected, where they do not.
+#include "verify/judge.hpp"
+#include "verify/judge_internal.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "reference/delta_rule.hpp"
+#include "reference/gated_delta_rule.hpp"
+#include "reference/parallel.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+namespace deltaproof::verify {
+namespace {
+
+using judging::MatrixD;
+using judging::VectorD;
+
+double round_bf16(double x) {
+  float f = float(x);
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+HostTensor tensor(std::vector<Index> shape, DType dtype, const std::function<double()>& draw) {
+  HostTensor t;
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  for (Index i = 0; i < t.size(); ++i) t.values.push_back(draw());
+  return t;
+}
+
+// A case in either layout, fixed or varlen, with every cotangent.
+KernelCase make_case(Op op, Layout layout, bool varlen, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  const Index H = 2, DK = 6, DV = 5, B = varlen ? 1 : 2;
+  const std::vector<Index> cu = varlen ? std::vector<Index>{0, 7, 7, 30} : std::vector<Index>{};
+  const Index T = varlen ? cu.back() : 23, N = varlen ? Index(cu.size()) - 1 : B;
+  KernelCase c;
+  c.op = op, c.layout = layout, c.cu_seqlens = cu;
+  auto tokens = [&](Index d) { return layout == Layout::bhld ? std::vector<Index>{B, H, T, d} : std::vector<Index>{B, T, H, d}; };
+  auto gates = [&] { return layout == Layout::bhld ? std::vector<Index>{B, H, T} : std::vector<Index>{B, T, H}; };
+  auto states = [&] { return layout == Layout::bhld ? std::vector<Index>{N, H, DV, DK} : std::vector<Index>{N, H, DK, DV}; };
+  auto f32 = [&](double sd, double mean = 0) { return [&, sd, mean] { return double(float(mean + sd * normal(rng))); }; };
+  c.q = tensor(tokens(DK), DType::f32, f32(0.4));
+  c.k = tensor(tokens(DK), DType::f32, f32(0.4));
+  c.v = tensor(tokens(DV), DType::f32, f32(1));
+  if (op != Op::linear) c.beta = tensor(gates(), DType::f32, f32(0.1, 0.5)), c.l2_normalize_qk = true;
+  if (op == Op::gated_delta) c.g = tensor(gates(), DType::f32, f32(0.02, -0.1));
+  c.h0 = tensor(states(), DType::f32, f32(1));
+  c.d_o = tensor(tokens(DV), DType::f32, f32(1));
+  c.d_ht = tensor(states(), DType::f32, f32(1));
+  return c;
+}
+
+KernelResult stored_fp32(KernelResult r) {
+  for (auto* t : {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dbeta, &r.dg, &r.dh0})
+    if (*t) {
+      for (double& x : (*t)->values) x = float(x);
+      (*t)->dtype = DType::f32;
+    }
+  return r;
+}
+
+std::optional<HostTensor>* output(KernelResult& r, const std::string& name) {
+  if (name == "o") return &r.o;
+  if (name == "ht") return &r.ht;
+  if (name == "dq") return &r.dq;
+  if (name == "dk") return &r.dk;
+  if (name == "dv") return &r.dv;
+  if (name == "dbeta") return &r.dbeta;
+  if (name == "dg") return &r.dg;
+  return &r.dh0;
+}
+
+Index flat_index(const HostTensor& t, const std::vector<Index>& index) {
+  Index flat = 0;
+  for (size_t d = 0; d < index.size(); ++d) flat = flat * t.shape[d] + index[d];
+  return flat;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every output alone: an error planted in one entry of one output is caught in that output's row, at
+// that entry, and no other row moves. Both layouts, fixed length and varlen, all three ops.
+
+class EveryOutput : public ::testing::TestWithParam<std::tuple<Op, Layout, bool>> {};
+
+TEST_P(EveryOutput, PlantedErrorCaughtAtItsIndexAlone) {
+  const auto [op, layout, varlen] = GetParam();
+  const KernelCase c = make_case(op, layout, varlen, 3);
+  const KernelResult clean = stored_fp32(oracle(c));
+  const Verdict honest = judge(c, clean);
+  ASSERT_TRUE(honest.agrees()) << format_table(honest);
+  std::vector<std::string> names = {"o", "ht", "dq", "dk", "dv", "dh0"};
+  if (op != Op::linear) names.push_back("dbeta");
+  if (op == Op::gated_delta) names.push_back("dg");
+  for (const std::string& name : names) {
+    KernelResult r = clean;
+    HostTensor& t = **output(r, name);
+    double largest = 0;
+    for (double x : t.values) largest = std::max(largest, std::abs(x));
+    // An entry of the last sequence (varlen: the third, after an empty one), away from the ends.
+    const size_t at = t.values.size() - t.values.size() / 5 - 1;
+    t.values[at] += 4 * largest + 1;
+    const Verdict v = judge(c, r);
+    const Comparison* row = v.find(name);
+    ASSERT_NE(row, nullptr) << name;
+    EXPECT_EQ(row->status(), Status::disagree) << name << "\n" << format_table(v);
+    EXPECT_EQ(flat_index(t, row->index), Index(at)) << name << "\n" << format_table(v);
+    for (const Comparison& other : v.comparisons)
+      if (other.tensor != name) EXPECT_TRUE(other.agrees()) << name << " moved " << other.tensor;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OpsLayoutsVarlen, EveryOutput,
+                         ::testing::Combine(::testing::Values(Op::linear, Op::delta, Op::gated_delta),
+                                            ::testing::Values(Layout::bhld, Layout::blhd), ::testing::Bool()));
+
+// ---------------------------------------------------------------------------------------------
+// The worst index is the entry with the LARGEST err/bound, not the largest error: fp32 in and out, so an
+// entry's bound is about ε·M (M = the form on |inputs|). Entry A, the largest M, moved by 3 ε M_A; entry
+// B, the smallest M, by 10 ε M_B: the larger error sits at A, the larger err/bound at B, which is named.
+TEST(JudgeRows, WorstIndexIsTheLargestRatio) {
+  KernelCase c = make_case(Op::linear, Layout::bhld, false, 5);
+  c.d_o.reset(), c.d_ht.reset();
+  KernelCase a = c;
+  for (HostTensor* t : {&a.q, &a.k, &a.v, &*a.h0})
+    for (double& x : t->values) x = std::abs(x);
+  const KernelResult truth = oracle(c), magnitude = oracle(a);
+  const double L = 23, m = L + std::ceil(L / 16) + 6 + 5 + 64 + 8;
+  const double eps = std::pow(1 + 0x1p-24, 3) * (1 + m * 0x1p-23 / (1 - m * 0x1p-23)) - 1;
+  KernelResult r = truth;
+  r.o->dtype = DType::f64, r.ht.reset();
+  size_t big = 0, small = 0;
+  const std::vector<double>& mag = magnitude.o->values;
+  for (size_t i = 0; i < mag.size(); ++i) {
+    if (mag[i] > mag[big]) big = i;
+    if (mag[i] < mag[small]) small = i;
+  }
+  ASSERT_GT(3 * mag[big], 10 * mag[small]);
+  r.o->values[big] += 3 * eps * mag[big];
+  r.o->values[small] += 10 * eps * mag[small];
+  const Verdict v = judge(c, r);
+  const Comparison* row = v.find("o");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(flat_index(*r.o, row->index), Index(small)) << format_table(v);
+  EXPECT_NEAR(row->ratio, 10, 0.5);
+  EXPECT_EQ(row->norm, Norm::elementwise);
+  EXPECT_DOUBLE_EQ(row->max_abs, std::abs(r.o->values[big] - truth.o->values[big]));
+}
+
+// Rows are measured the way their bounds are stated: linear attention entry by entry, the delta
+// family's tokens as row norms and states as whole matrices (Frobenius), error and bound alike.
+TEST(JudgeRows, MeasuredTheWayTheBoundIsStated) {
+  const KernelCase c = make_case(Op::delta, Layout::bhld, false, 6);
+  KernelResult r = stored_fp32(oracle(c));
+  const KernelResult truth = oracle(c);
+  for (double& x : r.ht->values) x += 1e-3;
+  const Verdict v = judge(c, r);
+  const Comparison* ht = v.find("ht");
+  ASSERT_NE(ht, nullptr);
+  EXPECT_EQ(ht->norm, Norm::frobenius);
+  // The worst (sequence, head)'s whole-state error: sqrt(DV·DK)·1e-3 up to the fp32 storage.
+  EXPECT_NEAR(ht->error, std::sqrt(30.0) * 1e-3, 1e-6);
+  EXPECT_EQ(v.find("o")->norm, Norm::rowwise);
+  EXPECT_FALSE(ht->formula.empty());
+  EXPECT_NE(format_table(v).find("Frobenius"), std::string::npos);
+  (void)truth;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terms of the model, each alone.
+
+// Storage of the output (u_out): fp32 inputs, o stored in bf16, so u_out |o| is the bound's bulk.
+// The honest rounding passes; an entry moved by twice u_out |o| (more than rounding can) is caught.
+TEST(JudgeTerms, OutputStorageRounding) {
+  KernelCase c = make_case(Op::linear, Layout::blhd, false, 8);
+  c.d_o.reset(), c.d_ht.reset();
+  KernelResult r = oracle(c);
+  for (double& x : r.o->values) x = round_bf16(x);
+  r.o->dtype = DType::bf16;
+  r.ht.reset();
+  EXPECT_TRUE(judge(c, r).agrees());
+  size_t at = 0;
+  for (size_t i = 0; i < r.o->values.size(); ++i)
+    if (std::abs(r.o->values[i]) > std::abs(r.o->values[at])) at = i;
+  const KernelResult truth = oracle(c);
+  r.o->values[at] = truth.o->values[at] * (1 + 2 * 0x1p-8);
+  const Verdict v = judge(c, r);
+  EXPECT_FALSE(v.agrees()) << format_table(v);
+  EXPECT_EQ(flat_index(*r.o, v.find("o")->index), Index(at));
+}
+
+// Accumulation (γ_m(u_acc)·M): fp32 in, fp32 out, M = the form on |inputs| (oracle on |q|, |k|, |v|,
+// |h0|), ε = (1 + u_op)³ (1 + γ_m(2⁻²³)) − 1 with m = L + ⌈L/16⌉ + DK + DV + 64 + 8 (kernel_model.hpp),
+// u_op = 2⁻²⁴. Half of ε·M at every entry agrees; twice it at one entry is caught there.
+TEST(JudgeTerms, AccumulationTimesMagnitudes) {
+  KernelCase c = make_case(Op::linear, Layout::bhld, false, 9);
+  c.d_o.reset(), c.d_ht.reset();
+  KernelCase a = c;
+  for (HostTensor* t : {&a.q, &a.k, &a.v, &*a.h0})
+    for (double& x : t->values) x = std::abs(x);
+  const KernelResult truth = oracle(c), magnitude = oracle(a);
+  const double L = 23, m = L + std::ceil(L / 16) + 6 + 5 + 64 + 8, g = m * 0x1p-23 / (1 - m * 0x1p-23);
+  const double eps = std::pow(1 + 0x1p-24, 3) * (1 + g) - 1;
+  KernelResult r = truth;
+  r.o->dtype = DType::f64, r.ht.reset();  // stored exactly: only ε·M remains (u_out = 2⁻⁵³)
+  for (size_t i = 0; i < r.o->values.size(); ++i) r.o->values[i] += 0.5 * eps * magnitude.o->values[i];
+  EXPECT_TRUE(judge(c, r).agrees()) << format_table(judge(c, r));
+  const size_t at = 17;
+  r.o->values[at] = truth.o->values[at] + 2 * eps * magnitude.o->values[at];
+  const Verdict v = judge(c, r);
+  EXPECT_FALSE(v.agrees()) << format_table(v);
+  EXPECT_EQ(flat_index(*r.o, v.find("o")->index), Index(at));
+}
+
+// The probabilistic multiplier λ = 8 on the propagated covariance, with the WY form's terms: one token,
+// DK = DV = 1, no h0, fp32 inputs, ht stored exactly. The state's error is V̄'s through k: V̄ = β v
+// passes five operand roundings (ε_wy = (1 + ε)(1 + u)² − 1, ε the token step's) and the fp32 solve's
+// γ_D(u32) (D = 188 for the 64-token chunk), then the update's (1 + u)(1 + γ_3(u32)) − 1, so
+//   bound(ht) = λ |β v k| sqrt((ε_wy + γ_188(u32))² + ε_upd²) + u_out·(|S| + ·),
+// with ε = (1 + u)³ (1 + γ_75(2⁻²³)) − 1 + γ_18(2⁻⁵³) (kernel_model.hpp: m = L + ⌈L/16⌉ + DK + DV + 72,
+// the double oracle's own share added). Computed here from those formulas; then an error of twice the
+// λ term is caught and half of it is not.
+TEST(JudgeTerms, ProbabilisticMultiplierAndWyTerms) {
+  KernelCase c;
+  c.op = Op::delta, c.layout = Layout::bhld;
+  auto one = [](std::vector<Index> shape, double x) {
+    HostTensor t;
+    t.shape = std::move(shape), t.dtype = DType::f32, t.values = {x};
+    return t;
+  };
+  const double k = 0.75, v = 1.25, beta = 0.5;
+  c.q = one({1, 1, 1, 1}, 0.5), c.k = one({1, 1, 1, 1}, k), c.v = one({1, 1, 1, 1}, v), c.beta = one({1, 1, 1}, beta);
+  KernelResult r = oracle(c);
+  r.o.reset();
+  r.ht->dtype = DType::f64;
+  const double state = beta * v * k;
+  ASSERT_DOUBLE_EQ(r.ht->values[0], state);
+  auto gamma = [](double m, double unit) { return m * unit / (1 - m * unit); };
+  const double u = 0x1p-24, u32 = 0x1p-23;
+  const double eps = std::pow(1 + u, 3) * (1 + gamma(75, u32)) - 1 + gamma(18, 0x1p-53);
+  const double eps_wy = (1 + eps) * (1 + u) * (1 + u) - 1, eps_upd = (1 + u) * (1 + gamma(3, u32)) - 1;
+  const double stat = 8 * state * std::hypot(eps_wy + gamma(188, u32), eps_upd);
+  const double expected = stat + 0x1p-53 * (state + stat);
+  const Verdict clean = judge(c, r);
+  ASSERT_TRUE(clean.agrees());
+  EXPECT_NEAR(clean.find("ht")->bound, expected, 1e-9 * expected);
+  r.ht->values[0] = state + 2 * stat;
+  EXPECT_FALSE(judge(c, r).agrees());
+  r.ht->values[0] = state + 0.5 * stat;
+  EXPECT_TRUE(judge(c, r).agrees());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The WY chunkwise algorithm as production kernels run it, emulated here: operands rounded to bf16,
+// products and sums in fp32, the running state in fp32 (or rounded to bf16 at every chunk's end).
+
+struct WyRun {
+  std::vector<double> o, ht;  // (L, DV), (DV, DK) row-major, one head
+};
+
+WyRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta, Index C, bool bf16_state,
+                const MatrixD& h0) {
+  using MF = Eigen::MatrixXf;
+  const Index L = q.rows(), DK = k.cols(), DV = v.cols();
+  auto r = [](const MF& m) { return MF(m.unaryExpr([](float x) { return float(round_bf16(x)); })); };
+  MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
+  WyRun out;
+  out.o.assign(size_t(L * DV), 0.0);
+  for (Index a = 0; a < L; a += C) {
+    const Index n = std::min(C, L - a);
+    const MF K = k.middleRows(a, n).cast<float>(), V = v.middleRows(a, n).cast<float>(), Q = q.middleRows(a, n).cast<float>();
+    const Eigen::VectorXf b = beta.segment(a, n).cast<float>();
+    MF A = (b.asDiagonal() * (K * K.transpose())).eval();
+    A.triangularView<Eigen::Upper>().setZero();
+    MF T = MF::Identity(n, n);
+    for (Index i = 1; i < n; ++i) T.row(i).head(i) = -(A.row(i).head(i) * T.topLeftCorner(i, i));
+    T = r(T);
+    const MF W = r(T * r(b.asDiagonal() * K)), U = r(T * r(b.asDiagonal() * V));
+    const MF s_op = r(S);
+    const MF Vbar = r(U - W * s_op.transpose());
+    MF P = Q * K.transpose();
+    P.triangularView<Eigen::StrictlyUpper>().setZero();
+    const MF O = Q * s_op.transpose() + r(P) * Vbar;
+    for (Index i = 0; i < n; ++i)
+      for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
+    S = S + Vbar.transpose() * K;
+    if (bf16_state) S = r(S);
+  }
+  for (Index i = 0; i < DV; ++i)
+    for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
+  return out;
+}
+
+// One head: inputs rounded to bf16, the WY kernel's outputs as the case's result (bhld).
+std::pair<KernelCase, KernelResult> wy_case(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta,
+                                            Index C, bool bf16_state, const MatrixD& h0 = MatrixD()) {
+  const Index L = q.rows(), DK = k.cols(), DV = v.cols();
+  auto pack = [](const MatrixD& m, std::vector<Index> shape) {
+    HostTensor t;
+    t.shape = std::move(shape), t.dtype = DType::bf16;
+    for (Index i = 0; i < m.rows(); ++i)
+      for (Index j = 0; j < m.cols(); ++j) t.values.push_back(m(i, j));
+    return t;
+  };
+  KernelCase c;
+  c.op = Op::delta, c.layout = Layout::bhld;
+  c.q = pack(q, {1, 1, L, DK}), c.k = pack(k, {1, 1, L, DK}), c.v = pack(v, {1, 1, L, DV}), c.beta = pack(beta, {1, 1, L});
+  if (h0.size()) {
+    c.h0 = pack(h0, {1, 1, DV, DK});
+    c.h0->dtype = DType::f32;
+  }
+  const WyRun run = wy_kernel(q, k, v, beta, C, bf16_state, h0);
+  KernelResult r;
+  r.o = HostTensor{{1, 1, L, DV}, run.o, DType::bf16};
+  r.ht = HostTensor{{1, 1, DV, DK}, run.ht, DType::f32};
+  return {c, r};
+}
+
+MatrixD bf16_matrix(Index rows, Index cols, std::mt19937_64& rng, double sd) {
+  std::normal_distribution<double> normal(0, sd);
+  MatrixD m(rows, cols);
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) m(i, j) = round_bf16(normal(rng));
+  return m;
+}
+
+// DK = 1 with unnormalised keys: β k² up to ~8 (|1 − β k²| ≫ 1) and near 1 (erases). The state's
+// intermediates reach ~100× its final size; the WY form's V̄ errors are not erased with it. The bound
+// of the token recurrence alone rejected such runs at err/bound 2.5 to 17; the WY bound takes them.
+TEST(JudgeWy, HonestWyKernelAgreesWhereTransitionsExpandAndErase) {
+  std::mt19937_64 rng(72032);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  double worst = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Index L = 32 + trial % 7, C = trial % 2 ? 32 : 16;
+    const MatrixD q = bf16_matrix(L, 1, rng, 1), k = bf16_matrix(L, 1, rng, 1.5), v = bf16_matrix(L, 2, rng, 1);
+    VectorD beta(L);
+    for (Index t = 0; t < L; ++t) beta(t) = round_bf16(1 / (1 + std::exp(-2 * (uniform(rng) - 0.5) * 3)));
+    const auto [c, r] = wy_case(q, k, v, beta, C, false);
+    const Verdict verdict = judge(c, r);
+    EXPECT_NE(verdict.status(), Status::disagree) << "trial " << trial << "\n" << format_table(verdict);
+    for (const auto& row : verdict.comparisons) worst = std::max(worst, row.ratio);
+  }
+  std::cout << "  largest err/bound over 40 DK = 1 unnormalised-key runs: " << worst << "\n";
+}
+
+// The running state's dtype: a WY kernel that keeps a bf16 state is caught when it does not declare
+// it (held to fp32), and agrees when it declares state_dtype = bf16; the fp32-state kernel agrees
+// under both. The regime where a state's own rounding shows: a large h0 carried through many chunks
+// by small writes (β = 2⁻¹⁰), so that rounding S at every chunk's end outweighs the products' roundings.
+TEST(JudgeWy, SixteenBitRunningStateIsJudgedByItsOwnModel) {
+  std::mt19937_64 rng(11);
+  const Index L = 256, DK = 16, DV = 16, C = 16;
+  MatrixD q = bf16_matrix(L, DK, rng, 0.25), k = bf16_matrix(L, DK, rng, 1), v = bf16_matrix(L, DV, rng, 1);
+  for (Index t = 0; t < L; ++t) k.row(t) = (k.row(t) / k.row(t).norm()).unaryExpr([](double x) { return round_bf16(x); });
+  const MatrixD h0 = bf16_matrix(DV, DK, rng, 4);
+  VectorD beta = VectorD::Constant(L, 0x1p-10);
+  JudgeOptions bf16_state;
+  bf16_state.state_dtype = DType::bf16;
+  {
+    const auto [c, r] = wy_case(q, k, v, beta, C, false, h0);
+    EXPECT_TRUE(judge(c, r).agrees()) << format_table(judge(c, r));
+    EXPECT_TRUE(judge(c, r, bf16_state).agrees());
+  }
+  const auto [c, r] = wy_case(q, k, v, beta, C, true, h0);
+  const Verdict held = judge(c, r), declared = judge(c, r, bf16_state);
+  EXPECT_EQ(held.find("ht")->status(), Status::disagree) << format_table(held);
+  EXPECT_TRUE(declared.agrees()) << format_table(declared);
+}
+
+// Outside a premise: DK = 1 keys with β k² ≈ 100 for 20 tokens make |T| ~ 99¹⁹, beyond what a fp32
+// solve gets to first order (and beyond fp32); a kernel's output, even a wrong one, is inconclusive
+// with that premise and the quantity measured, never a disagreement. Within the premises the same
+// wrong output disagrees.
+TEST(JudgeWy, OutsideThePremiseIsInconclusiveWithTheMeasuredQuantity) {
+  const Index L = 20;
+  MatrixD q = MatrixD::Constant(L, 1, 0.5), k = MatrixD::Constant(L, 1, 10), v(L, 1);
+  for (Index t = 0; t < L; ++t) v(t, 0) = (t % 3) - 1.0;
+  VectorD beta = VectorD::Ones(L);
+  auto [c, r] = wy_case(q, k, v, beta, 16, false);
+  KernelResult wrong = oracle(c);
+  wrong.o->values[3] += 1e3 * (1 + std::abs(wrong.o->values[3]));
+  const Verdict v1 = judge(c, wrong);
+  EXPECT_EQ(v1.status(), Status::inconclusive) << format_table(v1);
+  ASSERT_TRUE(v1.premise().has_value());
+  EXPECT_GT(v1.premise()->measured, v1.premise()->limit);
+  EXPECT_NE(format_table(v1).find("INCONCLUSIVE"), std::string::npos);
+  const nlohmann::json j = to_json(v1);
+  EXPECT_EQ(j["status"], "inconclusive");
+  EXPECT_FALSE(j["premise"]["reason"].get<std::string>().empty());
+  // β = 0.01: transitions 1 − β k² = 0 (an erase) but no growth: within every premise, caught.
+  beta = VectorD::Constant(L, 0.01);
+  auto [c2, r2] = wy_case(q, k, v, beta, 16, false);
+  KernelResult wrong2 = oracle(c2);
+  wrong2.o->values[3] += 1e3 * (1 + std::abs(wrong2.o->values[3]));
+  EXPECT_EQ(judge(c2, wrong2).status(), Status::disagree);
+  (void)r, (void)r2;
+}
+
+// A fp16 output whose exact value exceeds fp16's range: the kernel's infinity is inconclusive.
+TEST(JudgeWy, ResultBeyondTheDtypesRangeIsInconclusive) {
+  KernelCase c = make_case(Op::linear, Layout::bhld, false, 12);
+  c.d_o.reset(), c.d_ht.reset();
+  for (double& x : c.v.values) x *= 3e4;
+  KernelResult r = oracle(c);
+  r.ht.reset();
+  bool overflowed = false;
+  for (double& x : r.o->values)
+    if (std::abs(x) > 65504) x = std::copysign(INFINITY, x), overflowed = true;
+  r.o->dtype = DType::f16;
+  ASSERT_TRUE(overflowed);
+  const Verdict v = judge(c, r);
+  EXPECT_EQ(v.status(), Status::inconclusive) << format_table(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads: the judge's units run on reference/parallel.hpp's workers, so a parallel_for inside a unit
+// (a High product) runs on that unit's thread instead of starting a pool of its own.
+TEST(JudgeThreads, NestedParallelWorkStaysOnTheUnitsThread) {
+  ref::set_thread_count(4);
+  std::mutex m;
+  bool nested_elsewhere = false;
+  std::set<std::thread::id> unit_threads;
+  judging::for_each_unit(8, 4, [&](size_t) {
+    const std::thread::id self = std::this_thread::get_id();
+    std::set<std::thread::id> seen;
+    std::mutex inner;
+    ref::parallel_for(16, [&](Eigen::Index) {
+      std::lock_guard<std::mutex> lock(inner);
+      seen.insert(std::this_thread::get_id());
+    });
+    std::lock_guard<std::mutex> lock(m);
+    unit_threads.insert(self);
+    if (seen.size() != 1 || *seen.begin() != self) nested_elsewhere = true;
+  });
+  ref::set_thread_count(0);
+  EXPECT_FALSE(nested_elsewhere);
+  EXPECT_GE(unit_threads.size(), 1u);
+}
+
+// Where the double oracle's recurrences differ from reference/: the read–correct–write order
+// (u = v − S k, S ← S + β u kᵀ, with the update's FMA spelled out) and the reverse sweep that
+// recomputes states from checkpoints. In fp64 both are the same recurrence to rounding: agreement
+// with reference/'s token_recurrence and token_recurrence_backward in double at 1e-12 of the scale.
+TEST(JudgeOracle, DoubleOracleMatchesReferenceInDouble) {
+  for (Op op : {Op::delta, Op::gated_delta}) {
+    KernelCase c = make_case(op, Layout::bhld, false, 21);
+    c.l2_normalize_qk = false;
+    const KernelResult fast = oracle(c);
+    const Index L = 23, DK = 6, DV = 5;
+    auto head = [&](const HostTensor& t, Index b, Index h, Index rows, Index cols) {
+      MatrixD m(rows, cols);
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < cols; ++j) m(i, j) = t.values[size_t(((b * 2 + h) * rows + i) * cols + j)];
+      return m;
+    };
+    for (Index b = 0; b < 2; ++b)
+      for (Index h = 0; h < 2; ++h) {
+        const MatrixD q = head(c.q, b, h, L, DK), k = head(c.k, b, h, L, DK), v = head(c.v, b, h, L, DV);
+        const VectorD beta = head(*c.beta, b, h, L, 1).col(0);
+        const MatrixD s0 = head(*c.h0, b, h, DV, DK), d_o = head(*c.d_o, b, h, L, DV), d_st = head(*c.d_ht, b, h, DV, DK);
+        MatrixD o, ht, dq, dh0;
+        if (op == Op::delta) {
+          namespace dr = ref::delta_rule;
+          const dr::Inputs<double> in{q, k, v, beta, s0};
+          const auto f = dr::token_recurrence(in);
+          const auto g = dr::token_recurrence_backward(in, {d_o, d_st});
+          o = f.output, ht = f.final_state, dq = g.dq, dh0 = g.d_initial_state;
+        } else {
+          namespace gd = ref::gated_delta_rule;
+          const VectorD alpha = head(*c.g, b, h, L, 1).col(0).array().exp().matrix();
+          const gd::Inputs<double> in{q, k, v, beta, alpha, s0};
+          const auto f = gd::token_recurrence(in);
+          const auto g = gd::token_recurrence_backward(in, {d_o, d_st});
+          o = f.output, ht = f.final_state, dq = g.dq, dh0 = g.d_initial_state;
+        }
+        auto close = [&](const MatrixD& want, const HostTensor& got, const char* name) {
+          const MatrixD g = head(got, b, h, want.rows(), want.cols());
+          EXPECT_LE((g - want).cwiseAbs().maxCoeff(), 1e-12 * (1 + want.cwiseAbs().maxCoeff())) << name_of(op) << " " << name;
+        };
+        close(o, *fast.o, "o"), close(ht, *fast.ht, "ht"), close(dq, *fast.dq, "dq"), close(dh0, *fast.dh0, "dh0");
+      }
+  }
+}
+
+}  // namespace
+}  // namespace deltaproof::verify
