@@ -9,6 +9,7 @@
 #include "tools/commands.hpp"
 #include "verify/judge.hpp"
 #include "verify/tensor_file.hpp"
+#include "verify/version.hpp"
 
 #include <cmath>
 #include <iostream>
@@ -87,6 +88,8 @@ int check(const CheckOptions& o) {
     r = verify::read_kernel_result(c, o.outputs, o.grads);
     verify::JudgeOptions options;
     options.tf32_operands = o.tf32;
+    if (!o.state_dtype.empty()) options.state_dtype = verify::parse_dtype(o.state_dtype);
+    options.chunk_size = o.chunk_size;
     verdict = verify::judge(c, r, options);
   } catch (const std::invalid_argument& e) {
     return bad_input(e.what());
@@ -96,6 +99,7 @@ int check(const CheckOptions& o) {
   if (o.json) {
     nlohmann::json j = verify::to_json(verdict);
     j["case"] = case_json(o, c, r);
+    j["deltaproof_version"] = verify::version();
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << header_line(o, c, r) << "\n" << verify::format_table(verdict);

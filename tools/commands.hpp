@@ -72,6 +72,8 @@ struct CheckOptions {
   double scale = 1.0;               // --scale: the kernel used scale·q
   bool qk_l2norm = false;           // --qk-l2norm: the kernel L2-normalised q and k itself
   bool tf32 = false;                // --tf32: fp32 operands were multiplied in TF32 (Triton's default)
+  std::string state_dtype;          // --state-dtype: the kernel's declared running-state dtype ("" = fp32, fp64 for fp64)
+  long chunk_size = 0;              // --chunk-size: the kernel's chunk size (0 = unknown: 16, 32 and 64 covered)
   bool json = false;                // --json
 };
 int check(const CheckOptions& options);

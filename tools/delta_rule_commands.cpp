@@ -9,6 +9,7 @@
 #include "tools/gradient_rows.hpp"
 #include "tools/progress.hpp"
 #include "tools/report.hpp"
+#include "verify/version.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -437,7 +438,7 @@ int gradcheck_family(const CaseOptions& o) {
   const std::vector<GradientRow> rows = gradient_rows(analytic, numeric, o.digits);
   const bool pass = exact_equal && dual_equal && all_pass(rows);
   if (o.json) {
-    std::cout << "{\"op\": " << json_string(F::op) << ", \"impl\": \"reference\", \"form\": " << json_string(o.form)
+    std::cout << "{\"deltaproof_version\": " << json_string(verify::version()) << ", \"op\": " << json_string(F::op) << ", \"impl\": \"reference\", \"form\": " << json_string(o.form)
               << ", \"L\": " << o.length << ", \"C\": " << o.chunk_size << ", \"dk\": " << o.key_dim << ", \"dv\": " << o.value_dim
               << ", \"seed\": " << o.seed << ", \"beta\": " << json_string(o.beta);
     if (F::gated) std::cout << ", \"alpha\": " << json_string(o.alpha);

@@ -7,9 +7,10 @@
 //      random direction per input tensor (q, k, v, β, g, S_0), the exact truncation gap removed.
 // Exit 0 when every row agrees, 1 otherwise, 2 for an unusable case (one line on stderr).
 #include "cuda/check.hpp"
-#include "tools/commands.hpp"
 #include "kernel_checks/delta_rule_backward_stages.hpp"
+#include "tools/commands.hpp"
 #include "verify/matrix_comparison.hpp"
+#include "verify/version.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -65,7 +66,7 @@ int gradcheck_delta_family_cuda(const CaseOptions& o, bool gated) {
   for (const auto& d : directions) pass = pass && d.row.agrees();
   const std::string op = gated ? "gated-delta" : "delta";
   if (o.json) {
-    nlohmann::json j = {{"op", op}, {"impl", "cuda"}, {"L", o.length}, {"C", o.chunk_size}, {"dk", o.key_dim},
+    nlohmann::json j = {{"deltaproof_version", verify::version()}, {"op", op}, {"impl", "cuda"}, {"L", o.length}, {"C", o.chunk_size}, {"dk", o.key_dim},
                         {"dv", o.value_dim}, {"seed", o.seed}, {"step", "2^-6"}};
     j["rows"] = nlohmann::json::array();
     for (size_t r = 0; r < rows.size(); ++r) {

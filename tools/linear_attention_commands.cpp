@@ -6,6 +6,7 @@
 #include "tools/linear_attention_case.hpp"
 #include "tools/progress.hpp"
 #include "tools/report.hpp"
+#include "verify/version.hpp"
 
 #include <iostream>
 
@@ -128,7 +129,7 @@ int gradcheck_linear_attention(const CaseOptions& o) {
   const auto rows = gradient_rows(analytic, numeric, o.digits);
   const bool pass = all_pass(rows);
   if (o.json) {
-    std::cout << "{\"op\": \"linear\", \"impl\": \"reference\", \"form\": " << json_string(o.form) << ", \"L\": " << o.length
+    std::cout << "{\"deltaproof_version\": " << json_string(verify::version()) << ", \"op\": \"linear\", \"impl\": \"reference\", \"form\": " << json_string(o.form) << ", \"L\": " << o.length
               << ", \"C\": " << o.chunk_size << ", \"dk\": " << o.key_dim << ", \"dv\": " << o.value_dim
               << ", \"seed\": " << o.seed << ", \"step\": " << json_string(o.step) << ", \"digits\": " << o.digits
               << ", \"scalar\": \"high (100 digits)\", ";

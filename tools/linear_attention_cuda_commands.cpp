@@ -3,12 +3,13 @@
 // bounds and comparisons are kernel_checks/linear_attention_kernel_checks.hpp's (the GPU tests call the
 // same functions); this file turns the tool's case into theirs and prints their rows.
 #include "cuda/linear_attention.h"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "reference/random_inputs.hpp"
 #include "tools/commands.hpp"
 #include "tools/linear_attention_case.hpp"
 #include "tools/report.hpp"
-#include "kernel_checks/linear_attention_kernel_checks.hpp"
 #include "verify/matrix_comparison.hpp"
+#include "verify/version.hpp"
 
 #include <cstdio>
 #include <iostream>
@@ -125,7 +126,7 @@ int gradcheck_linear_attention_cuda(const CaseOptions& o) {
   for (const auto& r : rows) pass = pass && r.row.agrees();
 
   if (o.json) {
-    std::cout << "{\"op\": \"linear\", \"impl\": \"cuda\", \"L\": " << o.length << ", \"C\": " << o.chunk_size
+    std::cout << "{\"deltaproof_version\": " << json_string(verify::version()) << ", \"op\": \"linear\", \"impl\": \"cuda\", \"L\": " << o.length << ", \"C\": " << o.chunk_size
               << ", \"dk\": " << o.key_dim << ", \"dv\": " << o.value_dim << ", \"seed\": " << o.seed
               << ", \"scalar\": \"fp64 kernels\", \"step\": \"2^-6\", \"rows\": [";
     for (size_t r = 0; r < rows.size(); ++r)

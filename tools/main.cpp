@@ -9,11 +9,12 @@
 //                        [--fast-weight linear|swiglu] [--dk --dv --seed]
 //   deltaproof --version
 //   deltaproof check     --op linear|delta|gated-delta --inputs IN --outputs OUT [--grads G]
-//                        [--layout bhld|blhd] [--cu-seqlens] [--scale X] [--qk-l2norm] [--tf32] [--json]
+//                        [--layout bhld|blhd] [--cu-seqlens] [--scale X] [--qk-l2norm] [--tf32]
+//                        [--state-dtype bf16|fp16|fp32|fp64] [--chunk-size C] [--json]
 //                        (IN, OUT, G: .safetensors or .npz; see verify/tensor_file.hpp; NaN or ±Inf
 //                        in any tensor, input or output, is bad input: exit 2 naming the tensor and entry)
 //
-// Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag).
+// Exit codes: 0 agree/pass, 1 disagree/fail, 2 bad input (one line naming the flag), 3 inconclusive (check).
 #include "tools/commands.hpp"
 #include "verify/version.hpp"
 
@@ -206,6 +207,11 @@ int deltaproof::tools::run_command_line(int argc, char** argv) {
   check->add_option("--scale", check_options.scale, "the kernel used scale * q (fla's scale)")->capture_default_str();
   check->add_flag("--qk-l2norm", check_options.qk_l2norm, "the kernel L2-normalised q and k itself");
   check->add_flag("--tf32", check_options.tf32, "fp32 operands were multiplied in TF32 (Triton's tl.dot default)");
+  check->add_option("--state-dtype", check_options.state_dtype,
+                    "the kernel keeps its running state in this dtype (default fp32; fp64 for fp64 inputs)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp64"}));
+  check->add_option("--chunk-size", check_options.chunk_size, "the kernel's chunk size (default: 16, 32 and 64 covered)")
+      ->check(CLI::Range(1L, deltaproof::tools::max_length));
   check->add_flag("--json", check_options.json, "machine-readable output");
 
   try {

@@ -196,9 +196,16 @@ expect_exit 1 check --op linear --layout blhd --cu-seqlens --scale 0.5 --inputs 
 expect_row o "(0, 0, 2, 5)" DISAGREE
 expect_exit 1 check --op linear --layout blhd --cu-seqlens --inputs "$dir/varlen_in.npz" --outputs "$dir/varlen_out.npz"  # scale forgotten
 
-# Gated DeltaNet, fla layout, fixed length.
+# Gated DeltaNet, fla layout, fixed length; also with the kernel's chunk size and a declared 16-bit running state.
 expect_exit 0 check --op gated-delta --layout blhd --inputs "$dir/gated_in.npz" --outputs "$dir/gated_out.npz"
 expect_row o "" agree
+expect_exit 0 check --op gated-delta --layout blhd --inputs "$dir/gated_in.npz" --outputs "$dir/gated_out.npz" \
+  --chunk-size 64 --state-dtype bf16
+expect_row o "" agree
+expect_bad_input "--state-dtype" check --op gated-delta --layout blhd --inputs "$dir/gated_in.npz" \
+  --outputs "$dir/gated_out.npz" --state-dtype int8
+expect_bad_input "--chunk-size" check --op gated-delta --layout blhd --inputs "$dir/gated_in.npz" \
+  --outputs "$dir/gated_out.npz" --chunk-size 0
 
 # Inconclusive: exit 3, the row and the verdict line say so with the premise; --json has status and premise.
 expect_exit 3 check --op delta --inputs "$dir/steep_in.npz" --outputs "$dir/steep_out_moved.npz"
@@ -207,7 +214,8 @@ grep -q "^verdict: INCONCLUSIVE (o): .* > " "$out" || fail "no inconclusive verd
 expect_exit 3 check --op delta --inputs "$dir/steep_in.npz" --outputs "$dir/steep_out_moved.npz" --json
 "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); o=[c for c in d["comparisons"] if c["tensor"]=="o"][0]
 assert d["status"]=="inconclusive" and d["inconclusive"] is True and d["agrees"] is False, d["status"]
-assert o["status"]=="inconclusive" and o["premise"]["measured"] > o["premise"]["limit"], o' "$out" \
+assert d["deltaproof_version"] == open(sys.argv[2]).read().strip(), d["deltaproof_version"]
+assert o["status"]=="inconclusive" and o["premise"]["measured"] > o["premise"]["limit"], o' "$out" "$(dirname "$0")/../../VERSION" \
   || fail "check --json does not carry the inconclusive status and premise: $(head -c 800 "$out")"
 
 # Bad input: exit 2, one line naming the file and the tensor, nothing on stdout.

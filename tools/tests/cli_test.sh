@@ -3,6 +3,8 @@
 # Usage: cli_test.sh PATH_TO_DELTAPROOF
 source "$(dirname "$0")/cli_expect.sh"
 
+expect_exit 0 --version
+grep -qx "deltaproof $(cat "$(dirname "$0")/../../VERSION")" "$out" || fail "--version is not the VERSION file's: $(cat "$out")"
 expect_exit 0 verify
 grep -q "all forms agree" "$out" || fail "verify does not report agreement"
 grep -E "^  output +chunkwise vs parallel +0 +0 " "$out" >/dev/null || fail "verify --scalar exact does not print exact zeros"
@@ -11,7 +13,8 @@ expect_exit 0 verify --scalar float --L 40 --C 64 --dk 1 --dv 3
 for form in chunk recurrent parallel; do
   expect_exit 0 gradcheck --form "$form" --L 9 --C 4 --dk 3 --dv 2
   expect_exit 0 gradcheck --form "$form" --L 9 --C 4 --dk 3 --dv 2 --json
-  /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and len(d["rows"]) == 4' \
+  /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and len(d["rows"]) == 4
+assert d["deltaproof_version"]' \
     "$out" || fail "gradcheck --form $form --json is not the expected JSON"
 done
 # Demanding more digits than High's rounding allows (about 1e-100/h = 1e-80 here) must fail:
