@@ -17,10 +17,15 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/deltaproof-pip.XXXXXX")
 say() { printf '%s pip_install_test: %s\n' "$(date +%T)" "$*"; }
 fail() { say "FAIL: $*"; exit 1; }
 
-# A clean copy: the files git tracks, plus untracked ones it does not ignore (no build/ folder).
+# A clean copy: the files git tracks, plus untracked ones it does not ignore (no build/ folder);
+# outside a git checkout, everything but build/.
 mkdir "$scratch/src"
-(cd "$repo" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-   [ -e "$f" ] && printf '%s\0' "$f"; done | tar --null -T - -cf -) | tar -xf - -C "$scratch/src"
+if git -C "$repo" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+     [ -e "$f" ] && printf '%s\0' "$f"; done | tar --null -T - -cf -) | tar -xf - -C "$scratch/src"
+else
+  (cd "$repo" && tar --exclude=./build -cf - .) | tar -xf - -C "$scratch/src"
+fi
 expected=$(cat "$scratch/src/VERSION")
 
 "$python" -m venv --system-site-packages "$scratch/venv"
