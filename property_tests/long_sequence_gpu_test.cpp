@@ -109,7 +109,7 @@ std::vector<T> read(const void* device, std::size_t offset, std::size_t count) {
 
 vf::HostTensor tensor(std::vector<vf::Index> shape, std::vector<double> values, DType dtype) {
   vf::HostTensor t;
-  t.shape = std::move(shape), t.values = std::move(values), t.dtype = dtype;
+  t.shape = std::move(shape), t.values = std::move(values), t.dtype = vf::verify_dtype(dtype);
   return t;
 }
 

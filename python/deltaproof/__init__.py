@@ -13,6 +13,7 @@ deltaproof.torch_kernel wraps a PyTorch (fla-style) forward function; deltaproof
 is the oracle itself as a kernel.
 """
 from . import _backend  # noqa: F401  (_core, or the C judge where _core does not import)
+from ._version import __version__
 from . import delta_rule, gated_delta_rule, lact, linear_attention, ttt
 from .check import Case, CaseResult, Report, check_kernel, draw_cases, inputs_of, run_case, shrink
 from .dtypes import round_to, round_to_bf16
@@ -20,6 +21,6 @@ from .kernels import reference_kernel
 from .torch_adapter import torch_kernel
 from .verdict import Verdict, judge, oracle
 
-__all__ = ["linear_attention", "delta_rule", "gated_delta_rule", "ttt", "lact", "judge", "oracle", "Verdict",
+__all__ = ["__version__", "linear_attention", "delta_rule", "gated_delta_rule", "ttt", "lact", "judge", "oracle", "Verdict",
            "check_kernel", "Report", "Case", "CaseResult", "draw_cases", "inputs_of", "run_case", "shrink", "reference_kernel",
            "torch_kernel", "round_to", "round_to_bf16"]

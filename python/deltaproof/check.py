@@ -19,7 +19,6 @@ greedy search) and `report` (Report, progress, hints).
 import collections.abc
 import dataclasses
 import functools
-import inspect
 import math
 import time
 import traceback
@@ -32,8 +31,7 @@ from .cases import (DEFAULT_HEAD_DIMS, DEFAULT_MAX_CASES, DRAWN, GRADIENT_MODES,
 from .draws import (_dims, attribute_domains, case_attributes, draw_validated,  # noqa: F401 (re-exported)
                     head_dim_class, pair_coverage)
 from .dtypes import DTYPES, canonical
-from .report import (STATUSES, Report, _Progress, _hints, _progress_wanted, _ratio,  # noqa: F401 (re-exported)
-                     _row_inconclusive)
+from .report import STATUSES, Report, _Progress, _hints, _progress_wanted, _ratio  # noqa: F401 (re-exported)
 from .shrinking import greedy_shrink, simplifications  # noqa: F401 (re-exported)
 from .verdict import OUTPUT_NAMES, judge
 
@@ -128,46 +126,12 @@ def _returned_outputs(returned, op):
                      f"({', '.join(_fla_output_order(op))})")
 
 
-def _judge_accepts(keyword):
-    try:
-        return keyword in inspect.signature(judge).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _measured_text(measured):
-    if measured is None:
-        return ""
-    if isinstance(measured, dict):
-        return " (measured " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
-                                         for k, v in measured.items()) + ")"
-    return f" (measured {measured})"
-
-
 def _verdict_status(verdict):
-    """(status, reasons) of a Verdict. Works with verdicts that know only agree/disagree (no
-    inconclusive field: never inconclusive) and with a status "inconclusive" at the top level or
-    per row, each with a "reason" and a "measured" quantity."""
-    data = verdict.data
-    rows = verdict.comparisons
-    reasons = []
-    top_flag = data.get("inconclusive")
-    if data.get("reason") or isinstance(top_flag, str):
-        reasons.append(str(data.get("reason") or top_flag) + _measured_text(data.get("measured")))
-    for row in rows:
-        if _row_inconclusive(row):
-            why = row.get("reason") or (row["inconclusive"] if isinstance(row.get("inconclusive"), str) else
-                                        "outside the bound's premise")
-            reasons.append(f"{row['tensor']}: {why}{_measured_text(row.get('measured'))}")
-    top = data.get("status") or data.get("verdict")
-    if top in ("agree", "disagree", "inconclusive"):
-        return top, tuple(reasons)
-    disagreeing = [r for r in rows if not r["agrees"] and not _row_inconclusive(r)]
-    if disagreeing:
-        return "disagree", ()
-    if reasons or top_flag:
-        return "inconclusive", tuple(reasons) or ("the judge marked the case inconclusive",)
-    return ("agree" if verdict.agrees else "disagree"), ()
+    """(status, reasons) of a Verdict: the judge's own status, and for an inconclusive one each
+    inconclusive row's broken premise ("o: max ‖I − β k kᵀ‖ = 19.8 > 1")."""
+    reasons = tuple(f"{row['tensor']}: {row['premise']['text']}" for row in verdict.comparisons
+                    if row.get("status") == "inconclusive" and row.get("premise"))
+    return verdict.status, reasons
 
 
 def run_case(fn, case, tf32=False, threads=0, expect=None):
@@ -265,9 +229,6 @@ def _validated(op, layout, dtypes, chunk_sizes, head_dims, regimes, scale, state
                              f"(got {given!r})")
         if state_dtype == "fp32":
             state_dtype = None  # the default contract
-        elif not _judge_accepts("state_dtype"):
-            raise ValueError("state_dtype: this build's judge has no model of a 16-bit running state "
-                             "(verdict.judge takes no state_dtype); only None is possible here")
     if expect is not None:
         unknown = [n for n in expect if n not in OUTPUT_NAMES]
         if unknown:

@@ -20,23 +20,10 @@ def _ratio(row):
     return float("inf") if row.get("ratio") is None or not row["finite"] else row["ratio"]
 
 
-def _row_inconclusive(row):
-    return row.get("status") == "inconclusive" or row.get("verdict") == "inconclusive" or \
-        bool(row.get("inconclusive"))
-
-
-# ---------------------------------------------------------------------------------------------
-# The report
-
-def _norm_label(row, op):
-    """How a verdict row's error and bound are measured: an entry, a row's 2-norm, or the whole
-    state's Frobenius norm (the state bounds of the delta rules, verify/judge.cpp)."""
-    norm = row.get("norm")
-    if norm in ("frobenius", "whole"):
-        return "‖·‖F"
-    if norm == "rowwise":
-        return "‖·‖F" if op != "linear" and row["tensor"] in ("ht", "dh0") else "row‖·‖₂"
-    return "entry"
+def _norm_label(row):
+    """How a verdict row's error and bound are measured, as the judge states it: an entry, a row's
+    2-norm, or a whole state's Frobenius norm."""
+    return {"frobenius": "‖·‖F", "rowwise": "row‖·‖₂"}.get(row.get("norm"), "entry")
 
 
 _SHORT_REGIMES = {"keys_unnormalized": "k-unnorm", "beta_small": "β≈0", "beta_one": "β≈1",
@@ -97,7 +84,7 @@ class Report:
                         "chunk_size": c.case.chunk_size, "lengths": list(c.case.lengths), "varlen": c.case.varlen,
                         "heads": c.case.heads, "batch": c.case.batch, "key_dim": c.case.key_dim,
                         "value_dim": c.case.value_dim, "scale": c.case.describe_scale(), "worst": tensor,
-                        "norm": None if row is None else _norm_label(row, c.case.op),
+                        "norm": None if row is None else _norm_label(row),
                         "worst_error": None if row is None else row["error"],
                         "worst_bound": None if row is None else row["bound"], "ratio": ratio,
                         "status": c.status, "passed": c.passed, "error": c.error, "reasons": list(c.reasons),
@@ -120,9 +107,9 @@ class Report:
                  f"{'worst at':22} {'verdict':9} {'max|Δ| entry':>12} {'rms':>10}"]
         for r in result.verdict.comparisons:
             ratio = "non-finite" if not r["finite"] else _g(_ratio(r))
-            status = "INCONCL." if _row_inconclusive(r) else ("agree" if r["agrees"] else "DISAGREE")
+            status = {"agree": "agree", "inconclusive": "INCONCL."}.get(r.get("status"), "DISAGREE")
             where = "(" + ", ".join(str(x) for x in (r.get("index") or [])) + ")"
-            lines.append(f"  {r['tensor']:7} {_norm_label(r, result.case.op):11} {_g(r['error']):>10} "
+            lines.append(f"  {r['tensor']:7} {_norm_label(r):11} {_g(r['error']):>10} "
                          f"{_g(r['bound']):>10} {ratio:>10}  {where[:22]:22} {status:9} {_g(r.get('max_abs')):>12} "
                          f"{_g(r.get('rms')):>10}")
         return "\n".join(lines)
@@ -143,7 +130,7 @@ class Report:
                        "error": "ERROR"}[c.status]
             lines.append(f"  {i:>3} {k.dtype:5} {k.chunk_size:>3} {shape[:24]:24} {k.key_dim:>4} {k.value_dim:>4} "
                          f"{k.describe_scale()[:12]:12} {regime[:17]:17} {flags or '-':10} {str(tensor or '-'):6} "
-                         f"{'-' if row is None else _norm_label(row, k.op):8} "
+                         f"{'-' if row is None else _norm_label(row):8} "
                          f"{_g(None if row is None else row['error']):>9} "
                          f"{_g(None if row is None else row['bound']):>9} {ratio:>8.3g}  {verdict}"
                          + (f"  ({c.error})" if c.error else ""))

@@ -7,7 +7,6 @@ their bugs pass at the defaults over several seeds."""
 import pytest
 
 import deltaproof
-from deltaproof import check
 from numpy_kernels import numpy_kernel
 from planted_kernels import dh0_without_dht_kernel, faithful_kernel, planted_kernel
 
@@ -87,19 +86,12 @@ def test_a_sixteen_bit_running_state_is_caught_in_bf16_cases_alone(op):
     assert _shows_only_where(report.counterexample.case, "state_in_input_dtype"), str(report)
 
 
-@pytest.mark.xfail(not check._judge_accepts("state_dtype"), strict=True,
-                   reason="this judge's linear-attention bound holds a bf16 running state too (it has no "
-                          "state_dtype: an fp32-state bound for 16-bit kernels)")
 def test_a_sixteen_bit_running_state_in_linear_attention_is_caught():
     report = deltaproof.check_kernel(planted_kernel("state_in_input_dtype"), op="linear", dtypes=("bf16",),
                                      stop_on_failure=True)
     assert not report.passed, str(report)
 
 
-@pytest.mark.xfail(not check._judge_accepts("state_dtype"), strict=True,
-                   reason="without state_dtype the judge's bounds hold a bf16 running state over many chunks "
-                          "(err/bound ≈ 0.01-0.04 at L = 8C+5); only bf16 cases with h0 and β ≈ 0 show it (ht ≈ "
-                          "h0 rounded), a triple that some seeds do not draw")
 def test_a_sixteen_bit_running_state_is_caught_at_every_seed():
     missed = [(op, seed) for op in ("linear", "delta", "gated-delta") for seed in range(6)
               if deltaproof.check_kernel(planted_kernel("state_in_input_dtype"), op=op, dtypes=("bf16",), seed=seed,
@@ -107,7 +99,6 @@ def test_a_sixteen_bit_running_state_is_caught_at_every_seed():
     assert not missed, missed
 
 
-@pytest.mark.skipif(not check._judge_accepts("state_dtype"), reason="the judge takes no state_dtype")
 @pytest.mark.parametrize("op", ["linear", "delta", "gated-delta"])
 def test_a_declared_sixteen_bit_state_is_judged_as_one(op):
     report = deltaproof.check_kernel(planted_kernel("state_in_input_dtype"), op=op, dtypes=("bf16",),
