@@ -178,10 +178,10 @@ def test_inconclusive_verdicts_are_counted_apart(monkeypatch):
 
     def judge(*args, **kwargs):
         v = real(*args, **kwargs)
-        if kwargs["dtype"] == "fp32":
+        if kwargs["dtype"] == "fp32":  # as the judge states a broken premise: the verdict's status, the row's
             v.data["status"] = "inconclusive"
-            v.data["reason"] = "outside the premise of the gated bound"
-            v.data["measured"] = {"growth": 3.5e9}
+            premise = {"reason": "growth", "measured": 3.5e9, "limit": 1.0, "text": "growth = 3.5e+09 > 1"}
+            v.data["comparisons"][0].update(status="inconclusive", agrees=False, premise=premise)
         return v
 
     monkeypatch.setattr(check, "judge", judge)
@@ -192,13 +192,13 @@ def test_inconclusive_verdicts_are_counted_apart(monkeypatch):
     assert n["agree"] == len(report.cases) - n["inconclusive"] and n["disagree"] == n["error"] == 0
     assert report.passed and not report.failures
     text = str(report)
-    assert "inconclusive (outside a bound's premise)" in text and "growth = 3.5e+09" in text
+    assert "inconclusive (outside a bound's premise)" in text and "o: growth = 3.5e+09 > 1" in text
 
 
-def test_verdicts_without_an_inconclusive_field_are_never_inconclusive():
+def test_an_honest_case_is_agree_with_no_reasons():
     case = draw_cases("delta", dtypes=("bf16",), max_cases=3, seed=6)[2]
     result = check.run_case(deltaproof.reference_kernel("chunkwise"), case)
-    assert "status" not in result.verdict.data and result.status == "agree" and result.reasons == ()
+    assert result.verdict.data["status"] == "agree" and result.status == "agree" and result.reasons == ()
 
 
 def test_state_dtype_reaches_the_judge_in_sixteen_bit_cases_only(monkeypatch):
@@ -218,16 +218,6 @@ def test_state_dtype_reaches_the_judge_in_sixteen_bit_cases_only(monkeypatch):
     seen.clear()
     deltaproof.check_kernel(deltaproof.reference_kernel("chunkwise"), op="linear", max_cases=4, backward=False)
     assert all(s is None for _, s in seen)
-
-
-def test_state_dtype_is_refused_by_a_judge_without_the_keyword(monkeypatch):
-    def judge(op, inputs, outputs, layout="blhd", dtype="bf16", scale=1.0, cu_seqlens=None, qk_l2norm=False,
-              tf32=False, dtypes=None, threads=0):
-        raise AssertionError("not reached")
-
-    monkeypatch.setattr(check, "judge", judge)
-    with pytest.raises(ValueError, match="^state_dtype: this build's judge"):
-        deltaproof.check_kernel(lambda args: None, state_dtype="bf16")
 
 
 def test_inputs_are_rounded_to_the_dtype_and_deterministic():
@@ -253,7 +243,10 @@ def test_report_prints_and_serialises():
 
 
 def test_judge_and_oracle_direct():
-    case = draw_cases("gated-delta", dtypes=("fp32",), max_cases=1, seed=4, varlen=False, backward=True)[0]
+    # Normal regimes: every premise of the bounds holds, so a 1 % error in o is a disagreement (keys far off the
+    # unit sphere can make it inconclusive instead: the fp32 solve's premise).
+    case = draw_cases("gated-delta", dtypes=("fp32",), max_cases=1, seed=4, varlen=False, backward=True,
+                      regimes=("normal",))[0]
     case = check.dataclasses.replace(case, backward=True, dht=True)
     inputs = {k: v for k, v in inputs_of(case).items() if k != "cu_seqlens"}
     outputs = deltaproof.oracle("gated-delta", inputs, dtype="fp32")
