@@ -88,7 +88,8 @@ def test_transcribed_figures_are_marked(committed_report):
     assert "| DeltaNet | o | deltaproof | fp16 | not measured | not measured | not measured |" in text
 
 
-PROCESS_WORDS = re.compile(r"session ?[0-9]+|call [0-9]+|device time|DESIGN\\.md|issue [0-9]+", re.IGNORECASE)
+# Brackets around one letter each keep this line from matching the words it looks for.
+PROCESS_WORDS = re.compile(r"sessio[n] ?[0-9]+|cal[l] [0-9]+|device tim[e]|DESIG[N]\\.md|issu[e] [0-9]+", re.IGNORECASE)
 
 
 def all_records():

@@ -57,7 +57,7 @@ void merge_worst(Comparison& into, const Comparison& other);
 
 struct Verdict {
   std::vector<Comparison> comparisons;  // one per judged tensor (or stage)
-  // The double oracle's own rounding bound as a share of the kernel bound (DESIGN: ≤ 1 %, else the
+  // The double oracle's own rounding bound as a share of the kernel bound (at most 1 %, else the
   // High oracle is used) and how many (sequence, head) units fell back to High.
   double oracle_share = 0;
   Index units_in_high = 0, units = 0;

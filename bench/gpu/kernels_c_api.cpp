@@ -1,7 +1,7 @@
 // deltaproof's CUDA kernels behind a plain C interface, for ctypes (bench/gpu/side_by_side.py).
 //
 // The kernels run on device pointers the caller owns (PyTorch tensors) and on the caller's stream,
-// so that deltaproof's, fla's and the article's kernels are timed on the very same tensors in one
+// so that deltaproof's, fla's and the derivation's Triton kernels are timed on the very same tensors in one
 // process. The CUDA runtime is linked statically; it shares the device's primary context, and so
 // every pointer and stream, with the caller's runtime.
 //

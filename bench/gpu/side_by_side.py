@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""deltaproof's kernels, fla's and the article's, on the same inputs in one process, side by side.
+"""deltaproof's kernels, fla's and the derivation's Triton kernels, on the same inputs in one process, side by side.
 
     bash bench/gpu/side_by_side.sh linear          # on a CUDA GPU (bench/gpu/README.md), one op per run
     PYTHONPATH=build/release/python /usr/bin/python3 bench/gpu/side_by_side.py --dry-run --out /tmp/sbs
@@ -9,10 +9,10 @@ For each op (linear, delta, gated-delta) and pass (forward, forward+backward, de
               tensors and stream, at C = 16, 32, 64;
   fla         chunk_linear_attn / chunk_delta_rule / chunk_gated_delta_rule (its own C = 64), the
               backward through autograd, decode through its fused_recurrent_* kernels;
-  article     the article's Triton kernels (article_kernels.py in --peers) at C = 16, 32, 64,
+  article     the derivation's Triton kernels (article_kernels.py in --peers) at C = 16, 32, 64,
 on one set of tensors: inputs as the accuracy inputs of the design page in docs/ (q ~ N(0,1)/√D, k = normalize(N(0,1)),
 v ~ N(0,1), β = sigmoid(N(0,1)), g = logsigmoid(N(0,1) + 3), dO ~ N(0,1); bf16, g fp32) at B=8, H=16,
-L=4096, D=128 (decode: B=64, one token, fp32 state). deltaproof and the article read the very same
+L=4096, D=128 (decode: B=64, one token, fp32 state). deltaproof and the derivation's Triton kernels read the very same
 [B, H, L, D] tensors; fla, whose layout is [B, T, H, D], reads contiguous copies of the same values
 (made once, not timed), and transposed copies of the states.
 
@@ -638,7 +638,7 @@ def main(argv=None, override=None):
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated: linear, delta, gated-delta")
     p.add_argument("--passes", default=",".join(PASSES), help="comma-separated: forward, forward+backward, decode")
     p.add_argument("--impls", default=",".join(IMPLS), help="comma-separated: deltaproof, fla, article")
-    p.add_argument("--chunk-sizes", default="16,32,64", help="deltaproof's and the article's chunk sizes")
+    p.add_argument("--chunk-sizes", default="16,32,64", help="deltaproof's and the derivation's chunk sizes")
     p.add_argument("--repeats", type=int, default=60, help="timed calls per kernel (at least 50 on a GPU)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (fla autotunes in the first)")
     p.add_argument("--sets", type=int, default=3, help="input sets rotated between calls (L2 is 50 MB)")

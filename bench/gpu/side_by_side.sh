@@ -1,5 +1,5 @@
 #!/bin/bash
-# The side-by-side run (side_by_side.py): deltaproof's kernels, fla's and the article's on the same
+# The side-by-side run (side_by_side.py): deltaproof's kernels, fla's and the derivation's Triton kernels on the same
 # tensors in one process on a CUDA GPU. Two modes, from anywhere in the checkout:
 #
 #   bash bench/gpu/side_by_side.sh --stage        builds what the run needs and copies the peers into PEERS

@@ -2,7 +2,7 @@
 """check_kernel on kernels nobody on this project wrote, on a CUDA GPU: flash-linear-attention's
 chunk_linear_attn, chunk_delta_rule, chunk_gated_delta_rule (forward and backward; bf16, fp32 judged
 as TF32 products, and one fp32 run judged as true fp32; fixed length and varlen; the gated backward
-also with fla's Hopper guard lifted) and the article's Triton kernels (forward).
+also with fla's Hopper guard lifted) and the derivation's Triton kernels (forward).
 
     PYTHONPATH=build/release/python python3 bench/peers/run_peers.py --peers <peers folder> --out OUT \
         [--max-cases 16] [--only fla_delta]
@@ -86,7 +86,7 @@ def main():
                                       output_final_state=True, use_qk_l2norm_in_kernel=qk_l2norm,
                                       cu_seqlens=cu_seqlens)
 
-    # The article's kernels: layout [B, H, L, D], states [B, H, DV, DK], no scale.
+    # The derivation's Triton kernels: layout [B, H, L, D], states [B, H, DV, DK], no scale.
     def article_linear_chunk(q, k, v, chunk_size=64, **_):
         o, _boundary, ht = article.linear_chunk_forward(q.contiguous(), k.contiguous(), v.contiguous(), chunk_size)
         return o, ht
@@ -124,8 +124,9 @@ def main():
         configurations.append(dict(name=f"fla_gated_delta_{dtype}{'tf32' if tf32 else ''}_guard_lifted", fn=fla_gated,
                                    op="gated-delta", dtypes=(dtype,), tf32=tf32, backward=True, guard=False,
                                    **fla_common))
+    # These kernels take no scale (they multiply q as given): judged at scale 1.
     article_common = dict(common, layout="bhld", chunk_sizes=(16, 32, 64), head_dims=((64, 64), (60, 100)),
-                          varlen=False, backward=False, guard=True)
+                          varlen=False, backward=False, guard=True, scale=1.0)
     for dtype, tf32 in (("bf16", False), ("fp32", True)):
         suffix = "tf32" if tf32 else ""
         configurations.append(dict(name=f"article_linear_chunk_{dtype}{suffix}", fn=article_linear_chunk, op="linear",

@@ -112,7 +112,7 @@ def headline_section(rep, records):
         cells += [short_date(p.get("date")) + (" **DRY RUN**" if h.dry_run else ""), f"`{p.get('commit')}`",
                   f"`{h.source}`"]
         rows.append(cells)
-    rep.add("## Headline: deltaproof beside fla and the article's kernels\n")
+    rep.add("## Headline: deltaproof beside fla and the derivation's Triton kernels\n")
     if not rows:
         rep.add("Not measured: no side-by-side record (bench/gpu/side_by_side.sh makes one).\n")
         return
@@ -173,7 +173,7 @@ def records_section(rep, records):
 
 
 def side_by_side_section(rep, side_by_side):
-    rep.add("## Side by side with fla and the article's kernels, run by run\n")
+    rep.add("## Side by side with fla and the derivation's Triton kernels, run by run\n")
     if not side_by_side:
         rep.add("Not measured: no side-by-side record (bench/gpu/README.md gives the command).\n")
         return

@@ -2,7 +2,7 @@
 
 Every function binds reference/delta_rule.hpp. Shapes: q, k (L, DK); v, do (L, DV); beta (L,);
 states (DV, DK). ``solve`` picks the triangular solve of A T = I inside each chunk:
-"forward_substitution", "blocked" (the article's GPU schedule: base blocks merged 16 → 32 → 64) or
+"forward_substitution", "blocked" (the derivation's GPU schedule: base blocks merged 16 → 32 → 64) or
 "recursive" (split at n/2); ``base_block`` is their base size. ``scalar`` as in linear_attention.
 """
 from ._backend import core

@@ -34,7 +34,7 @@ def recurrent(q, k, v, h0=None, scalar="double"):
 
 
 def chunkwise(q, k, v, chunk_size, h0=None, scalar="double"):
-    """The article's Equation 4 over chunks of chunk_size tokens (last one may be partial).
+    """The derivation's Equation 4 over chunks of chunk_size tokens (last one may be partial).
     Returns Result(o, ht, boundary_states) with boundary_states[c] = S_[c], the state before chunk c."""
     return _forward("chunkwise", q, k, v, h0, chunk_size, scalar)
 

@@ -285,7 +285,7 @@ def _truncated(x, kept_bits):
 
 @pytest.mark.parametrize("kept_bits, agrees", [(10, True), (8, False)])
 def test_tf32_truncated_products_are_judged_as_truncation(kept_bits, agrees):
-    """fla's and the article's fp32 kernels (Triton, TF32 tl.dot) truncate operands: at L = 1,
+    """fla's and the derivation's Triton kernels in fp32 (TF32 tl.dot) truncate operands: at L = 1,
     ht = kᵀv from two truncated operands errs by up to 2·2⁻¹⁰, more than three TF32 roundings allow.
     Operands whose 15 low bits are all set are the worst case for both: TF32 must agree, 8 bits must not."""
     rng = np.random.default_rng(7)
