@@ -226,5 +226,21 @@ Matrix<S> column(const Vector<S>& v) {
   return Matrix<S>(v);
 }
 
+// One chunk's gate sums: the kernel's Ĝ against G_i = Σ_{t ≤ i} g_t (exact), within r relative to
+// Σ_{t ≤ i} |g_t|; DeltaNet's (no gates) must be exactly 0. `add(stage, candidate, oracle, bound)`.
+template <class S, class Add>
+void check_gate_sums(Add&& add, const Vector<S>& candidate, const Vector<S>& g, Index t0, bool gated, double r,
+                     const BackwardUnits& un) {
+  const Index n = candidate.size();
+  if (!gated) return add("G", column(candidate), Matrix<S>(Matrix<S>::Zero(n, 1)), Matrix<S>(Matrix<S>::Zero(n, 1)));
+  Vector<S> exact_sums(n), magnitude(n);
+  S running(0), running_abs(0);
+  for (Index i = 0; i < n; ++i) {
+    running += g(t0 + i), running_abs += abs(g(t0 + i));
+    exact_sums(i) = running, magnitude(i) = running_abs;
+  }
+  add("G", column(candidate), column(exact_sums), bound_of<S>(column(magnitude), column(exact_sums), r, false, un));
+}
+
 
 }  // namespace deltaproof::verify::delta_rule::backward_programs

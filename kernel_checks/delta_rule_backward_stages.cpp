@@ -84,18 +84,8 @@ void check_head(const DeltaCase& c, const HostInputs& in, const Cotangents& cot,
 
     // G: one thread's sequential sum, i roundings for G_i; DeltaNet's must be exactly 0.
     const Vector<S> gk = gate_all.col(0).segment(t0, n);
-    if (c.gated) {
-      Vector<S> exact_sums(n), magnitude(n);
-      S running(0), running_abs(0);
-      for (Index i = 0; i < n; ++i) {
-        running += g(t0 + i), running_abs += abs(g(t0 + i));
-        exact_sums(i) = running, magnitude(i) = running_abs;
-      }
-      add("G", cc, column(gk), column(exact_sums),
-          bound_of<S>(column(magnitude), column(exact_sums), rho(n, 0, un.acc, 0), false, un));
-    } else {
-      add("G", cc, column(gk), Matrix<S>::Zero(n, 1), exact(n, 1));
-    }
+    const auto add_in_chunk = [&](const std::string& stage, const auto&... m) { add(stage, cc, m...); };
+    check_gate_sums<S>(add_in_chunk, gk, g, t0, c.gated, rho(n, 0, un.acc, 0), un);
     const Decays<S> x = decays_of<S>(gk, c.gated);
     double spread = 0;  // max |Ĝ_e − Ĝ_s|, e ≥ s
     for (Index i = 0; i < n; ++i)

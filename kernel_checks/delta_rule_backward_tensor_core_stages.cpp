@@ -77,17 +77,8 @@ void check_head_tensor_core(const DeltaCase& c, const HostInputs& in, const Cota
 
     // G: a warp's shuffle prefix sum, at most 7 additions deep; DeltaNet's must be exactly 0.
     const Vector<S> gk = gate_all.col(0).segment(t0, n);
-    if (c.gated) {
-      Vector<S> exact_sums(n), magnitude(n);
-      S running(0), running_abs(0);
-      for (Index i = 0; i < n; ++i) {
-        running += g(t0 + i), running_abs += abs(g(t0 + i));
-        exact_sums(i) = running, magnitude(i) = running_abs;
-      }
-      add("G", cc, column(gk), column(exact_sums), bound_of<S>(column(magnitude), column(exact_sums), rho(7, 0, kU32, 0), false, un));
-    } else {
-      add("G", cc, column(gk), Matrix<S>::Zero(n, 1), Matrix<S>::Zero(n, 1));
-    }
+    const auto add_in_chunk = [&](const std::string& stage, const auto&... m) { add(stage, cc, m...); };
+    check_gate_sums<S>(add_in_chunk, gk, g, t0, c.gated, rho(7, 0, kU32, 0), un);
     const Decays<S> x = decays_of<S>(gk, c.gated);
     // A decay is 2^y (exp2_ftz, cuda/delta_rule_forward_kernels.cuh) of y = x · log2 e, x = Ĝ_e − Ĝ_s (e ≥ s) or
     // Ĝ_e, or of Ĝ_e · log2 e − Ĝ_s · log2 e (the gradient scan keeps its sums in that unit). log2 e rounded to
