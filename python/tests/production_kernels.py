@@ -78,7 +78,10 @@ def wy_chunkwise_kernel(state_dtype=None):
             raise ValueError("wy_chunkwise_kernel: delta or gated-delta, blhd layout")
         sd = canonical(state_dtype) if state_dtype is not None else "fp32"
         r = lambda x: _operand(x, dtype)
-        q = r(np.asarray(args["q"], f32) * f32(args.get("scale", 1.0)))
+        scale = args.get("scale", 1.0)
+        if scale is None:  # fla's default
+            scale = np.shape(args["q"])[-1] ** -0.5
+        q = r(np.asarray(args["q"], f32) * f32(scale))
         k, v = r(args["k"]), r(args["v"])
         beta = np.asarray(args["beta"], f32)
         g = np.asarray(args["g"], f32) if op == "gated-delta" else None
@@ -126,7 +129,7 @@ def sweep(ops=("delta", "gated-delta"), cases=200, seed=0, dtypes=("bf16", "fp16
             outputs = fn(dict(args))
             tensors = {k: v for k, v in args.items() if k in ("q", "k", "v", "beta", "g", "h0")}
             v = judge(op, tensors, outputs, layout=case.layout, dtype=case.dtype, cu_seqlens=case.cu_seqlens,
-                      state_dtype=state_dtype)
+                      scale=case.judged_scale, state_dtype=state_dtype)
             counts[v.status] += 1
             if v.status == "disagree":
                 rejected.append(case.describe())
