@@ -183,7 +183,7 @@ if __name__ == "__main__":
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here).stdout.strip()
     print(json.dumps({"provenance": {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (CPU only)",
+        "gpu": f"none (CPU only: {platform.machine()}, {os.cpu_count()} cores)",
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
         "command": f"PYTHONPATH=build/release/python python3 python/tests/production_kernels.py --seeds {a.seeds} "
                    f"--cases {a.cases}" + (f" --state-dtype {a.state_dtype}" if a.state_dtype else "")},
