@@ -5,6 +5,7 @@
 // agrees where its premises hold and is inconclusive, never rejected, where they do not.
 #include "verify/judge.hpp"
 #include "verify/judge_internal.hpp"
+#include "verify/tests/round_bf16.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,15 +28,6 @@ namespace {
 using judging::MatrixD;
 using judging::VectorD;
 
-double round_bf16(double x) {
-  float f = float(x);
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 HostTensor tensor(std::vector<Index> shape, DType dtype, const std::function<double()>& draw) {
   HostTensor t;

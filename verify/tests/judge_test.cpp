@@ -2,6 +2,7 @@
 // agree; planted errors are caught at the entry planted; layouts, varlen and the in-kernel
 // transformations of q and k are the oracle's, checked against independent computations.
 #include "verify/judge.hpp"
+#include "verify/tests/round_bf16.hpp"
 
 #include "reference/linear_attention.hpp"
 
@@ -14,15 +15,6 @@
 namespace deltaproof::verify {
 namespace {
 
-double round_bf16(double x) {
-  float f = float(x);
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 double round_to(double x, DType d) {
   switch (d) {
