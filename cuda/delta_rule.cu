@@ -1,6 +1,6 @@
 // DeltaNet and Gated DeltaNet: chunkwise WY forward (two kernels) and recurrent decode, host side:
 // validation, workspace, dispatch; the public entry points and the forward's per-stage test seams.
-// The kernels are in delta_rule_forward_kernels.cuh (also compiled by the CPU emulation).
+// The kernels are in delta_rule_forward_kernels.cuh and the headers it includes (also compiled by the CPU emulation).
 //
 // Precision plan (where values are rounded to the input dtype, and why):
 //   * Every product runs with fp32 accumulation: tensor cores (WMMA or raw mma.sync, bf16/fp16 operands) for

@@ -369,6 +369,36 @@ constexpr std::size_t chunk_shared_bytes() {
   return (6 * C * (C + 1) + 10 * C + kThreads) * sizeof(A);
 }
 
+// <x, y> over `count` entries by the whole block: fixed per-thread strides, then a fixed tree in `reduction`
+// (kThreads entries), where the sum lands at [0]; ends at a barrier.
+template <class A>
+__device__ __forceinline__ void block_dot(const A* x, const A* y, std::size_t count, A* reduction, int tid) {
+  A partial = 0;
+  for (std::size_t idx = std::size_t(tid); idx < count; idx += kThreads) partial = fma_acc(x[idx], y[idx], partial);
+  reduction[tid] = partial;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (tid < half) reduction[tid] += reduction[tid + half];
+    __syncthreads();
+  }
+}
+// One thread: the last token also carries λ's and γ_{n−1}'s cotangents (λ_i = exp(G_{n−1} − G_i), S_[c+1] ∝
+// γ_{n−1} S: `state_dot` = <G', S>); then dg_j = Σ_{r ≥ j} dG_r in reverse token order (d_gsum holds dG; written to
+// `gate_sum_gradients` when given).
+template <class A>
+__device__ __forceinline__ void log_gate_gradients(A* d_gsum, const A* k_x2, const A* lambda, A gamma_last, A state_dot, int n,
+                                                   const Rows<A>& d_log_gate, A* gate_sum_gradients) {
+  A end = 0;
+  for (int i = 0; i < n; ++i) end = fma_acc(k_x2[i], lambda[i], end);
+  d_gsum[n - 1] += fma_acc(state_dot, gamma_last, end);
+  A running = 0;
+  for (int r = n - 1; r >= 0; --r) {
+    running += d_gsum[r];
+    if (gate_sum_gradients != nullptr) gate_sum_gradients[r] = d_gsum[r];
+    if (d_log_gate) d_log_gate.at(r) = running;
+  }
+}
+
 template <class T, int C>
 __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const BackwardStageParams p, const Buffers b) {
   using A = acc_t<T>;
@@ -543,18 +573,7 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const Backward
     vy = warp_sum(vy);
     if (lane == 0) v_y[i] = vy;
   }
-  // <G', S>, the end decay's cotangent: fixed per-thread strides, then a fixed tree.
-  {
-    A partial = 0;
-    for (std::size_t idx = std::size_t(tid); idx < std::size_t(DV) * DK; idx += kThreads)
-      partial = fma_acc(next_grad[idx], state[idx], partial);
-    reduction[tid] = partial;
-  }
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (tid < half) reduction[tid] += reduction[tid + half];
-    __syncthreads();
-  }
+  block_dot(next_grad, state, std::size_t(DV) * DK, reduction, tid);  // <G', S>, the end decay's cotangent
 
   // Per token r: dβ_r, and dG_r = dγ_r γ_r + Σ_{i<r} Z_ri − Σ_{i>r} Z_ir − dλ_r λ_r.
   for (int r = tid; r < n; r += kThreads) {
@@ -569,19 +588,9 @@ __global__ void __launch_bounds__(kThreads) backward_chunk_kernel(const Backward
     d_gsum[r] = fma_acc(d_gamma, gamma[r], zsum) - k_x2[r] * lambda[r];
   }
   __syncthreads();
-  // The last token also carries λ's and γ_{n−1}'s cotangents (λ_i = exp(G_{n−1} − G_i), S_[c+1] ∝ γ_{n−1} S);
-  // then dg_j = Σ_{r ≥ j} dG_r, one thread, in reverse token order.
-  if (tid == 0) {
-    A end = 0;
-    for (int i = 0; i < n; ++i) end = fma_acc(k_x2[i], lambda[i], end);
-    d_gsum[n - 1] += fma_acc(reduction[0], gamma[n - 1], end);
-    A running = 0;
-    for (int r = n - 1; r >= 0; --r) {
-      running += d_gsum[r];
-      if (p.gate_sum_gradients != nullptr) static_cast<A*>(p.gate_sum_gradients)[token0 + r] = d_gsum[r];
-      if (d_log_gate) d_log_gate.at(r) = running;
-    }
-  }
+  if (tid == 0)
+    log_gate_gradients(d_gsum, k_x2, lambda, gamma[n - 1], reduction[0], n, d_log_gate,
+                       p.gate_sum_gradients != nullptr ? static_cast<A*>(p.gate_sum_gradients) + token0 : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------

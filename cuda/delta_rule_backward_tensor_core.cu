@@ -4,7 +4,8 @@
 //   2. chunk_scan_registers_kernel<StatePass> (the forward's register scan, no output), writing V̄ as the hi + lo
 //      pair that W, U, S and the update's V̄ also enter the tensor cores as, and S_[c] rounded once;
 //   3. gradient_scan_registers_kernel: dV̄ (as a pair) and G_[c+1] = dL/dS_[c+1] (rounded once), chunks in reverse;
-//   4. chunk_gradients_kernel: dq, dk, dv, dβ, dg, persistent blocks taking the chunks in turn.
+//   4. chunk_gradients_kernel (delta_rule_chunk_gradients_kernel.cuh): dq, dk, dv, dβ, dg, persistent blocks taking
+//      the chunks in turn.
 // A training forward's saved buffer (cuda/delta_rule.h) replaces launches 1 and 2. Every other input takes
 // delta_rule_backward.cu's fp32 FMA kernels. Design, precision plan and
 // measurements: docs/kernels/delta_rule.md (the tensor-core backward).

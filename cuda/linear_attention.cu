@@ -1,5 +1,6 @@
-// Additive linear attention: argument validation and the public entry points. The kernels and
-// their launchers are in linear_attention_kernels.cuh; this library instantiates them faithful only.
+// Additive linear attention: argument validation and the public entry points. The kernels are in
+// linear_attention_passes.cuh, their launchers in linear_attention_kernels.cuh; this library instantiates them
+// faithful only.
 #include "cuda/linear_attention.h"
 
 #include "cuda/arguments.hpp"

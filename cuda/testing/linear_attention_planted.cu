@@ -1,4 +1,4 @@
-// The planted-bug policies of cuda/linear_attention_kernels.cuh and their instantiations: compiled
+// The planted-bug policies of cuda/linear_attention_passes.cuh and their instantiations: compiled
 // into the test-only target alone. Each mutant changes one seam of Faithful.
 #include "cuda/testing/linear_attention_planted.h"
 

@@ -1,7 +1,7 @@
 // Test-only: the linear attention kernels with one bug planted on purpose (the design page's numerical
 // policy), so that a suite can prove it fails on a broken kernel. Built into the test-only target
 // deltaproof_cuda_testing, never into the product library (which instantiates the faithful kernels
-// alone: cuda/linear_attention_kernels.cuh's Faithful policy).
+// alone: cuda/linear_attention_passes.cuh's Faithful policy).
 #pragma once
 
 #include "cuda/linear_attention.h"
