@@ -8,6 +8,7 @@
 // output and state entry is written and nothing outside the buffers is, and that the bits depend
 // neither on the thread order nor on the access width. Planted bugs go in through the kernels' Policy.
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/delta_rule.h"
 #include "cuda/linear_attention.h"
@@ -31,17 +32,9 @@
 #define DELTAPROOF_FORWARD_KERNELS decode_kernels_emulated
 #include "cuda/decode_kernels.cuh"
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Exact;
-using ref::Index;
-using ref::Tensor4;
 using verify::Comparison;
 namespace dk = deltaproof::cuda::decode_kernels_emulated::decoding;
 namespace vd = deltaproof::verify::delta_rule;
@@ -482,3 +475,4 @@ TEST(DecodeCpuEmulation, PlantedBugsAreCaught) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite

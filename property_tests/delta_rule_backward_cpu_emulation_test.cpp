@@ -9,8 +9,10 @@
 // the same bits — that no result depends on the order in which threads run between barriers.
 // compute-sanitizer on the H200 remains the word on memory and races.
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/delta_rule.h"
+#include "property_tests/support/delta_rule_backward_gradients.hpp"
 #include "property_tests/support/gpu.hpp"
 #include "kernel_checks/delta_rule_backward_stages.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -33,17 +35,9 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 
 #include "cuda/delta_rule_backward_kernels.cuh"
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Exact;
-using ref::Index;
-using ref::Tensor4;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 namespace bk = deltaproof::cuda::backward_kernels_emulated;
@@ -120,6 +114,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   r.d_gate_sums = read(m.d_gate_sums), r.output = read(m.output), r.final_state = read(m.final_state);
   return r;
 }
+
+// emulate_backward in ascending thread order, as the shared gradient checks call a backward.
+const auto run_emulated = [](const DeltaCase& c, const HostInputs& in, const Cotangents& cot) { return emulate_backward(c, in, cot); };
 
 std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) { return describe(c) + "\n" + describe_failures(rows); }
 
@@ -285,11 +282,7 @@ TEST(DeltaRuleBackwardCpuEmulation, GradientsAgreeWithFloat64AtEveryChunkSize) {
       DeltaCase c;
       c.gated = gated, c.dtype = d, c.length = 70, c.chunk = C, c.key_dim = 10, c.value_dim = 9, c.with_initial_state = true;
       c.seed = 90;
-      const HostInputs in = make_inputs(c);
-      const Cotangents cot = make_cotangents(c);
-      const BackwardResult r = emulate_backward(c, in, cot);
-      for (const Comparison& row : compare_gradients_end_to_end(c, r, double_gradients(c, in, cot), gradient_tau(d)))
-        EXPECT_TRUE(row.agrees()) << describe(c) << ": " << describe(row);
+      testing::expect_gradients_agree_with_float64(c, run_emulated);
     }
 }
 
@@ -300,14 +293,8 @@ TEST(DeltaRuleBackwardCpuEmulation, AccuracyAtAReducedDesignShape) {
   for (bool gated : {false, true}) {
     DeltaCase c;
     c.gated = gated, c.length = 128, c.key_dim = 32, c.value_dim = 32, c.chunk = 64, c.seed = 42;
-    const HostInputs in = design_inputs(c);
-    const Cotangents cot = make_cotangents(c);
-    const BackwardResult r = emulate_backward(c, in, cot);
     std::cout << (gated ? "Gated DeltaNet" : "DeltaNet") << " emulated backward (bf16, L=128, D=32, C=64), rel L2 vs float64:";
-    for (const auto& [name, err] : gradient_relative_l2(c, r, double_gradients(c, in, cot))) {
-      std::cout << " " << name << " " << err;
-      EXPECT_LE(err, 3.5e-3) << name;
-    }
+    testing::expect_design_input_accuracy(c, 3.5e-3, run_emulated);
     std::cout << "\n";
   }
 }
@@ -325,3 +312,4 @@ TEST(DeltaRuleBackwardCpuEmulation, UnwrittenEntriesAreRefused) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite

@@ -5,9 +5,11 @@
 // result: it is what these kernels must pass before GPU time is spent on them. mma.sync here sums exactly and
 // truncates once to fp32 (the truncating end of the bounds' u_acc); expf is glibc's.
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
+#include "property_tests/support/delta_rule_backward_gradients.hpp"
 #include "kernel_checks/delta_rule_backward_stages.hpp"
 #include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -49,17 +51,9 @@ inline void ldmatrix_x4_trans_under_test(unsigned (&r)[4], const void* row) {
 #include "cuda/delta_rule_backward_tensor_core_kernels.cuh"
 #undef ldmatrix_x4_trans
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Exact;
-using ref::Index;
-using ref::Tensor4;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 namespace fk = deltaproof::cuda::forward_kernels_emulated;
@@ -183,6 +177,9 @@ BackwardResult emulate_backward(const DeltaCase& c, const HostInputs& in, const 
   for (const Tensor* rounded : {&m.s, &m.g}) read(*rounded);  // throws on an entry never written
   return r;
 }
+
+// emulate_backward with its default thread order and blocks, as the shared gradient checks call a backward.
+const auto run_emulated = [](const DeltaCase& c, const HostInputs& in, const Cotangents& cot) { return emulate_backward(c, in, cot); };
 
 std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) { return describe(c) + "\n" + describe_failures(rows); }
 
@@ -328,11 +325,7 @@ TEST(DeltaRuleBackwardTensorCoreCpuEmulation, GradientsAgreeWithFloat64AtEveryCh
     for (Index C : {16, 32, 64}) {
       DeltaCase c;
       c.gated = gated, c.length = 70, c.chunk = C, c.key_dim = 16, c.value_dim = 8, c.with_initial_state = true, c.seed = 90;
-      const HostInputs in = make_inputs(c);
-      const Cotangents cot = make_cotangents(c);
-      const BackwardResult r = emulate_backward(c, in, cot);
-      for (const Comparison& row : compare_gradients_end_to_end(c, r, double_gradients(c, in, cot), gradient_tau(c.dtype)))
-        EXPECT_TRUE(row.agrees()) << describe(c) << ": " << describe(row);
+      testing::expect_gradients_agree_with_float64(c, run_emulated);
     }
 }
 
@@ -344,14 +337,8 @@ TEST(DeltaRuleBackwardTensorCoreCpuEmulation, AccuracyAtAReducedDesignShape) {
   for (bool gated : {false, true}) {
     DeltaCase c;
     c.gated = gated, c.length = 128, c.key_dim = 64, c.value_dim = 64, c.chunk = 64, c.seed = 42;
-    const HostInputs in = design_inputs(c);
-    const Cotangents cot = make_cotangents(c);
-    const BackwardResult r = emulate_backward(c, in, cot);
     std::cout << (gated ? "Gated DeltaNet" : "DeltaNet") << " emulated tensor-core backward (bf16, L=128, D=64, C=64), rel L2 vs float64:";
-    for (const auto& [name, err] : gradient_relative_l2(c, r, double_gradients(c, in, cot))) {
-      std::cout << " " << name << " " << err;
-      EXPECT_LE(err, 3.5e-3) << name;
-    }
+    const auto [in, r] = testing::expect_design_input_accuracy(c, 3.5e-3, run_emulated);
     // The training forward's output, held to the inference forward's DESIGN targets (4.1e-3, Gated 3.7e-3).
     const double output_err = relative_l2_all(heads_of(r.output), double_oracle(c, in).output), output_target = gated ? 3.7e-3 : 4.1e-3;
     std::cout << "; training forward output " << output_err << "\n";
@@ -376,3 +363,4 @@ TEST(DeltaRuleBackwardTensorCoreCpuEmulation, PlantedBugIsCaught) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite

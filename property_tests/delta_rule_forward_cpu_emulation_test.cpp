@@ -10,6 +10,7 @@
 // defined only here, before the kernel source is included), which are the helpers themselves
 // unless a test plants a bug in them for the length of one run.
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
@@ -73,15 +74,9 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 #undef copy_async_wait_all
 #undef split_pair
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Index;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 namespace fk = deltaproof::cuda::forward_kernels_emulated;
@@ -260,3 +255,4 @@ TEST(DeltaRuleForwardCpuEmulation, PlantedBugsAreCaught) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite

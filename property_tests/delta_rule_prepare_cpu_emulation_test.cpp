@@ -6,6 +6,7 @@
 // rearranged, until that kernel left the tree at c5339b7); and bugs planted in its own arithmetic as compile-time policies, each caught by the T rows.
 // NOT a GPU result (see the emulation's header for what it cannot show).
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/delta_rule.h"
 #include "kernel_checks/delta_rule_stages.hpp"
@@ -27,15 +28,9 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 #define DELTAPROOF_FORWARD_KERNELS forward_kernels_emulated
 #include "cuda/delta_rule_forward_kernels.cuh"
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Index;
 using namespace deltaproof::verify;
 using namespace deltaproof::verify::delta_rule;
 namespace fk = deltaproof::cuda::forward_kernels_emulated;
@@ -248,3 +243,4 @@ TEST(DeltaRulePrepareCpuEmulation, PlantedBugsInTheInverseAreCaught) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite

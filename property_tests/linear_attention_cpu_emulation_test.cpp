@@ -9,6 +9,7 @@
 // the key halves, partial chunks, both copy paths (16-byte and element-wise), S_0 and every entry written.
 // Planted bugs go in through the kernels' Policy.
 #include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
 
 #include "cuda/linear_attention.h"
 #include "verify/comparison.hpp"
@@ -33,17 +34,9 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 #define DELTAPROOF_FORWARD_KERNELS linear_attention_emulated
 #include "cuda/linear_attention_kernels.cuh"
 
+namespace deltaproof::emulation_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using emulation::read;
-using emulation::Tensor;
-using emulation::ThreadOrder;
-using emulation::write;
-using ref::Exact;
-using ref::Index;
-using ref::Tensor4;
 using verify::Comparison;
 namespace kla = deltaproof::cuda::linear_attention;
 namespace vl = deltaproof::verify::linear_attention;
@@ -190,3 +183,4 @@ TEST(LinearAttentionCpuEmulation, PlantedBugsAreCaught) {
 }
 
 }  // namespace
+}  // namespace deltaproof::emulation_suite
