@@ -8,6 +8,7 @@
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "property_tests/support/case_rules.hpp"
+#include "property_tests/support/delta_rule_gpu_suite.hpp"
 #include "kernel_checks/delta_rule_stages.hpp"
 #include "kernel_checks/device_tensors.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -24,40 +25,15 @@
 #include <string>
 #include <vector>
 
+namespace deltaproof::delta_rule_gpu_suite {
 namespace {
 
-using namespace deltaproof;
-using cuda::DType;
-using ref::Exact;
-using ref::High;
-using ref::Index;
-using ref::Matrix;
-using ref::Tensor4;
-using ref::Vector;
-namespace dt = deltaproof::verify;
-using namespace deltaproof::verify;
-using namespace deltaproof::verify::delta_rule;
-using deltaproof::testing::check_cases;
-using deltaproof::testing::awkward_head_dims;
-using deltaproof::testing::kernel_chunk_sizes;
-using deltaproof::testing::boundary_lengths;
 namespace dr = ref::delta_rule;
 namespace gdr = ref::gated_delta_rule;
 
 // ---------------------------------------------------------------------------------------
-// Cases: a shape, then entries drawn from a seed (printed with every failure).
-
-// The case, then every stage outside its bound (from the rows' fields).
-std::string failures(const DeltaCase& c, const std::vector<Comparison>& rows) {
-  return describe(c) + "\n" + describe_failures(rows);
-}
-
-// Largest err/bound per stage (the worst batch, head and chunk of each), for the printed calibration.
-std::string calibration(const std::vector<Comparison>& rows) {
-  std::string s;
-  for (const Comparison& worst : worst_per_tensor(rows)) s += worst.tensor + " " + number_text(worst.ratio) + "  ";
-  return s;
-}
+// Cases: a shape, then entries drawn from a seed (printed with every failure, with failures() and
+// calibration() of support/delta_rule_gpu_suite.hpp).
 
 rc::Gen<DeltaCase> gen_case(bool gated, Index max_length, Index max_dim) {
   return rc::gen::exec([=] {
@@ -581,3 +557,4 @@ TEST(DeltaRuleGpu, AccuracyAtDesignShapeGatedDeltaNet) {
 }
 
 }  // namespace
+}  // namespace deltaproof::delta_rule_gpu_suite
