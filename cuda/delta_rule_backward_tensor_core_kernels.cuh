@@ -50,20 +50,16 @@ struct TensorCoreBuffers {
   float* gate_sum_gradients;  // [B, H, L] dL/dG_i
 };
 
-// The reverse scan's shared memory: G' as hi + lo, Q, K, W rows, the dO slice, dV̄ rounded.
+// The reverse scan's shared memory: G' as hi + lo, Q, K, W rows, the dO slice, dV̄ rounded. The register scan's
+// tiles in the same places (G' for S, dO and dV̄ for its two value tiles), with the gates where its scores begin.
 struct GradientScanLayout {
   std::size_t g_hi, g_lo, queries, keys, w, d_out, d_v_new, gates, bytes;
 };
 __host__ __device__ constexpr GradientScanLayout gradient_scan_layout(int chunk) {
+  const TcScanLayout scan = tc_scan_layout(chunk);
   GradientScanLayout l{};
-  l.g_hi = 0;
-  l.g_lo = l.g_hi + kTcSlice * kTcLd * 2;
-  l.queries = l.g_lo + kTcSlice * kTcLd * 2;
-  l.keys = l.queries + chunk * kTcLd * 2;
-  l.w = l.keys + chunk * kTcLd * 2;
-  l.d_out = l.w + chunk * kTcLd * 2;
-  l.d_v_new = l.d_out + chunk * kTcVLd * 2;
-  l.gates = l.d_v_new + chunk * kTcVLd * 2;
+  l.g_hi = scan.s_hi, l.g_lo = scan.s_lo, l.queries = scan.queries, l.keys = scan.keys, l.w = scan.w;
+  l.d_out = scan.v_new, l.d_v_new = scan.v_decayed, l.gates = scan.scores;
   l.bytes = l.gates + chunk * 4;
   return l;
 }
