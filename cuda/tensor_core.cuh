@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #ifdef DELTAPROOF_CUDA_EMULATION
-namespace deltaproof::emulation {  // defined in property_tests/support/cuda_emulation.cpp
+namespace deltaproof::emulation {  // defined in property_tests/support/cuda_emulation_tensor_core.cpp
 unsigned shared_address(const void* p);
 void ldmatrix_x4(unsigned (&r)[4], unsigned address, bool transposed);
 void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, bool bf16);

@@ -523,7 +523,9 @@ TEST(DeltaRuleBackwardGpu, TrainingForwardOffTheRegisterScanStillKeepsTheStatePa
     for (auto [x, y] : {std::pair{&recomputing.dq, &from_saved.dq}, {&recomputing.dk, &from_saved.dk}, {&recomputing.dv, &from_saved.dv},
                         {&recomputing.d_beta, &from_saved.d_beta}, {&recomputing.d_initial_state, &from_saved.d_initial_state}})
       EXPECT_TRUE(bitwise_equal(*x, *y)) << describe(c);
-    if (gated) EXPECT_TRUE(bitwise_equal(recomputing.d_log_gate, from_saved.d_log_gate)) << describe(c);
+    if (gated) {
+      EXPECT_TRUE(bitwise_equal(recomputing.d_log_gate, from_saved.d_log_gate)) << describe(c);
+    }
   }
 }
 

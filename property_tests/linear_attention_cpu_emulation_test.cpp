@@ -1,4 +1,4 @@
-// The linear-attention tensor-core passes' own source (cuda/linear_attention_kernels.cuh:
+// The linear-attention tensor-core passes' own source (cuda/linear_attention_passes.cuh:
 // pass_tensor_core_forward for the forward and the backward's dQ pass, pass_tensor_core_dk_dv for the
 // fused dK/dV pass) executed on the CPU emulation of CUDA blocks (support/cuda_emulation.hpp), with the
 // passes the product's launchers build (forward_pass, backward_passes), and judged by the GPU suite's
