@@ -304,7 +304,17 @@ Comparison compare_unit(const std::string& name, const MatrixD& candidate, const
 }
 
 // The bounds as stated (kernel_model.hpp; proofs/kernel_error_bounds.md), one line per tensor.
-const char* linear_formula = "ε·M + u_out·(|y| + ε·M) per entry; M = the same form on |inputs|, ε = (1 + u_op)^r (1 + γ_m(u_acc)) − 1";
+std::string linear_formula(const std::string& tensor) {
+  const std::string eps = "ε = (1 + u_op)^r (1 + γ_m(u_acc)) − 1";
+  if (tensor == "o")
+    return "ε_o·A + (1 + ε_o)·(ε_S·M + η_op·W + |q|Eᵀ) + u_out·(|y| + ·) per entry; A = |q_t|(|S_w| + Σ_{s=w..t}|v_s||k_s|ᵀ)ᵀ "
+           "over the chunks t can lie in, M = the form on |inputs|, ε_S = the fp32 state's chain, E = a declared 16-bit state's "
+           "roundings";
+  if (tensor == "ht")
+    return "ε_S·M + E_L + u_out·(|y| + ·) per entry; ε_S = (1 + u_op)^{r_S} (1 + γ_{m_S}(u_acc)) − 1, r_S = 0 for 16-bit "
+           "products, E_L = a declared 16-bit state's roundings";
+  return "ε·M + u_out·(|y| + ε·M) per entry; M = the same form on |inputs|, " + eps;
+}
 std::string delta_formula(const std::string& tensor) {
   const std::string propagated = "C = the largest of the token recurrence's and the WY chunks' error covariances";
   if (tensor == "o") return "λ·√(q_tᵀ C_t q_t) + ε·(‖S‖‖q_t‖ + Σ_s |β_s|‖u_s‖|q_t·k_s|) + u_out·(‖o_t‖ + ·) per token; " + propagated;
@@ -527,7 +537,12 @@ Verdict judge(const KernelCase& c, const KernelResult& candidate, const JudgeOpt
     const long depth = kernel_depth(c, unit.length);
     const double eps = model.step(depth);
     // The double oracle's bound in the same model, as a share of the kernel's; High when > 1 %.
-    const double share = exact_enough.step(oracle_depth(c) + (c.op == Op::linear ? long(unit.length) : 0)) / eps;
+    const double oracle_gamma = exact_enough.step(oracle_depth(c) + (c.op == Op::linear ? long(unit.length) : 0));
+    // Linear attention's forward (kernel_model.hpp): the state's chain ε_S (the smallest coefficient on M, so
+    // the one the oracle's share is taken of) and the chunk's ε_o on the operands it rounds.
+    const long state_depth = long(unit.length + (unit.length + 15) / 16 + 8) + (c.l2_normalize_qk ? long(c.key_dim()) : 0);
+    const double eps_state = model.step(state_depth, model.state_roundings);
+    const double share = oracle_gamma / (c.op == Op::linear ? std::min(eps, eps_state) : eps);
     Judged& j = judged[i];
     j.in_high = share > 0.01;
     j.oracle_share = j.in_high ? 0.0 : share;
@@ -537,9 +552,20 @@ Verdict judge(const KernelCase& c, const KernelResult& candidate, const JudgeOpt
     if (c.op == Op::linear) {
       LinearOracle lo = linear_chunkwise(in, gradients, true);
       t = j.in_high ? high_truth() : std::move(pulled_back(lo.value, in, c, gradients));
-      // The magnitudes, computed in double, are at most a factor 1 − γ below the exact ones.
-      const double gamma = share * eps;
-      b = linear_bounds(in, t, lo.magnitude, gradients, eps * (1 + share) / (1 - gamma), u, c.scale, c.l2_normalize_qk);
+      LinearForwardModel fm;
+      fm.chunk_size = options.chunk_size, fm.normalised = c.l2_normalize_qk;
+      fm.u_state = state_roundoff, fm.eta_state = state_roundoff > 0 ? subnormal_eta(state_dtype) : 0.0;
+      fm.eps_chunk = model.step(KernelModel::window + 8, model.state_roundings);
+      LinearEps e;
+      e.local = model.step(long(c.key_dim() + c.value_dim()) + KernelModel::window);
+      e.state = eps_state;
+      e.oracle = oracle_gamma;
+      // The gradients: ε on M; the magnitudes, computed in double, at most a factor 1 − γ below the exact ones.
+      e.gradients = (eps + oracle_gamma) / (1 - oracle_gamma);
+      e.eta_op = subnormal_eta(c.q.dtype);
+      e.eta_acc = subnormal_eta(c.q.dtype == DType::f64 ? DType::f64 : DType::f32);
+      e.depth = depth;
+      b = linear_bounds(in, t, lo.magnitude, linear_state_terms(in, fm), gradients, e, u, c.scale, c.l2_normalize_qk);
     } else {
       DeltaModel dm;
       dm.eps_op = std::pow(1 + model.u_op, model.roundings) - 1;
@@ -590,7 +616,7 @@ Verdict judge(const KernelCase& c, const KernelResult& candidate, const JudgeOpt
                     : kind == 1 ? std::function<std::vector<Index>(Index, Index)>(states)
                                 : std::function<std::vector<Index>(Index, Index)>(gates);
       Comparison row = compare_unit(name, m, truth, bound, where, unit);
-      row.formula = c.op == Op::linear ? linear_formula : delta_formula(name);
+      row.formula = c.op == Op::linear ? linear_formula(name) : delta_formula(name);
       // Premises: the unit's (the WY products), and the exact result representable in the dtype stored.
       if (!j.premises.empty()) row.premise = j.premises.front();
       const double largest = truth.size() ? truth.cwiseAbs().maxCoeff() : 0.0, limit = largest_finite(cand->dtype);

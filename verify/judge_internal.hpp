@@ -87,8 +87,36 @@ struct LinearOracle {
   Truth value, magnitude;  // dq, dk with respect to the q, k used (before scale and normalisation)
 };
 LinearOracle linear_chunkwise(const UnitInputs& in, bool gradients, bool magnitudes);
-Bounds linear_bounds(const UnitInputs& in, const Truth& t, const Truth& m, bool gradients, double eps,
-                     const OutputRoundoffs& u, double scale, bool normalised);
+
+// The forward's model (kernel_model.hpp; proofs/kernel_error_bounds.md §6): the chunks it covers and
+// the running state's dtype.
+struct LinearForwardModel {
+  long chunk_size = 0;    // the kernel's (chunks from the sequence's start); 0: any chunking of ≤ 64 tokens
+  double u_state = 0;     // a declared 16-bit running state, rounded at every chunk boundary (0: fp32)
+  double eta_state = 0;   // its absolute rounding below the normal range
+  double eps_chunk = 0;   // one chunk's update of that state: ε with a chain of 64 + 8 additions
+  bool normalised = false;
+};
+
+// Per token, what the forward's bound multiplies besides M (all elementwise, (L, DV) unless said):
+struct LinearStateTerms {
+  MatrixD local;        // A_t = |q_t|(|S_w| + Σ_{s=w..t} |v_s||k_s|ᵀ)ᵀ: what the operand roundings act on
+  MatrixD eta_weight;   // what a 16-bit operand's absolute rounding η_op multiplies
+  MatrixD state_error;  // |q_t| E_tᵀ: a declared 16-bit state's rounding errors as o reads them (empty: fp32)
+  MatrixD final_state_error;  // (DV, DK) E_L (empty: fp32)
+  MatrixD final_eta_weight;   // (DV, DK) what η_op multiplies in the final state (keys normalised in the kernel)
+  double sensitivity = 0;     // how much E moves per unit of error in the |S| it is computed from, over M
+};
+LinearStateTerms linear_state_terms(const UnitInputs& in, const LinearForwardModel& model);
+
+// The coefficients of linear attention's bounds: ε_o on A, ε_S on M, the gradients' ε on their M; the
+// double oracle's own γ; η_op and the accumulation's absolute η_acc·depth.
+struct LinearEps {
+  double local = 0, state = 0, gradients = 0, oracle = 0, eta_op = 0, eta_acc = 0;
+  long depth = 0;
+};
+Bounds linear_bounds(const UnitInputs& in, const Truth& t, const Truth& m, const LinearStateTerms& terms,
+                     bool gradients, const LinearEps& eps, const OutputRoundoffs& u, double scale, bool normalised);
 
 // ---- DeltaNet / Gated DeltaNet (judge_delta.cpp, judge_wy.cpp)
 

@@ -25,6 +25,15 @@
 // Linear attention: every output and gradient entry is a sum of products of inputs, so
 //   |ŷ − y| ≤ ε·M + u_out·(|y| + ε·M),  M = the same form on |inputs| (elementwise, rigorous),
 //   m = L + ⌈L/16⌉ + DK + DV + 64 + 8 (the longest chain for any chunk size up to 64).
+// That is the gradients' bound. The forward's keeps the running state to its own arithmetic (the
+// fp32-state contract, proofs/kernel_error_bounds.md §6): the state is a sum of products of inputs,
+// which 16-bit operands multiply exactly, so no operand rounding reaches it (state_roundings: 0; one
+// for keys normalised in the kernel, two for TF32's truncated k and v) and its error is
+// ε_S·M, ε_S = (1 + u_op)^{r_S}(1 + γ_{m_S}(u_acc)) − 1, m_S = L + ⌈L/16⌉ + 8 (+ DK normalising).
+// Operand roundings act on the values a chunk kernel rounds (scale·q, the state S_[c] it reads, the
+// scores), i.e. on A = |q_t|(|S_w| + Σ_{s=w..t} |v_s||k_s|ᵀ)ᵀ over the window a chunk holding t can
+// start in, not on M: o's bound is ε_o·A + (1 + ε_o)·ε_S·M, ε_o with the remaining chain
+// m_o = DK + DV + 64. A declared 16-bit state adds its roundings at every chunk boundary.
 // DeltaNet / Gated DeltaNet: the same form on |inputs| grows like 2^L (the erase term), so the
 // bound is normwise, row by row (a token's vector; a state as one Frobenius row). Two algorithms
 // are covered and the bound is the larger of theirs:
@@ -67,10 +76,15 @@ struct KernelModel {
   double lambda = 8.0;  // probabilistic multiplier for sums over tokens (delta family)
   static constexpr long window = 64;  // largest chunk a kernel may use
 
+  // Operand roundings on the way to linear attention's running state (see above).
+  int state_roundings = 0;
+
   // ε for chains of m additions.
-  double step(long m) const {
+  double step(long m) const { return step(m, roundings); }
+  // The same with r operand roundings.
+  double step(long m, int r) const {
     const double g = m * u_acc / (1 - m * u_acc);
-    return std::pow(1 + u_op, roundings) * (1 + g) - 1;
+    return std::pow(1 + u_op, r) * (1 + g) - 1;
   }
 };
 
@@ -80,6 +94,9 @@ inline KernelModel kernel_model(DType input, bool tf32_operands, bool normalises
   model.u_op = (tf32_operands && input == DType::f32) ? 0x1p-10 : unit_roundoff(input);  // truncation
   model.u_acc = fp64 ? 0x1p-52 : 0x1p-23;
   model.roundings = 3 + (normalises_qk ? 1 : 0);
+  // 16-bit products are exact in fp32; an fp32 or fp64 product's own rounding (u) fits in the chain's
+  // u_acc = 2u; TF32 truncates both k and v.
+  model.state_roundings = (tf32_operands && input == DType::f32 ? 2 : 0) + (normalises_qk ? 1 : 0);
   return model;
 }
 

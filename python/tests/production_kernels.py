@@ -1,9 +1,14 @@
-"""DeltaNet and Gated DeltaNet the way production kernels run them, in numpy: fla's WY chunkwise
-algorithm (chunk_scaled_dot_kkt, solve_tril, recompute_w_u, chunk_delta_h, chunk_o), with every
-matrix-product operand rounded to the input dtype (bf16 or fp16 tensor-core operands), products and
-sums in float32 (fp32 accumulation), and the running state kept in float32 between chunks, or in the
-input dtype when `state_dtype` says so. Forward only; fla's layout ([B, T, H, D], states
-[N, H, DK, DV]), fixed-length and varlen.
+"""The three ops the way production kernels run them, in numpy: for DeltaNet and Gated DeltaNet fla's
+WY chunkwise algorithm (chunk_scaled_dot_kkt, solve_tril, recompute_w_u, chunk_delta_h, chunk_o), for
+linear attention fla's chunk_linear_attn (chunk_fwd_h, chunk_fwd_o), with every matrix-product operand
+rounded to the input dtype (bf16 or fp16 tensor-core operands), products and sums in float32 (fp32
+accumulation), and the running state kept in float32 between chunks, or in a 16-bit dtype when
+`state_dtype` says so. Forward only; fla's layout ([B, T, H, D], states [N, H, DK, DV]), fixed-length
+and varlen.
+
+Linear attention, per chunk (q already scale·q rounded, as every op here):
+  O = Q S_[c]ᵀ + (Q Kᵀ ⊙ M) V                 (S_[c] rounded as an operand, the score matrix rounded)
+  S_[c+1] = S_[c] + Vᵀ K                       (fp32: 16-bit products are exact; rounded to state_dtype when asked)
 
 Per chunk of n tokens (K (n, DK), V (n, DV), β (n), log-gates g (n), cumulative G = cumsum g):
   A = strictly-lower(diag(β) K Kᵀ ⊙ Γ),  Γ_ij = exp(G_i − G_j)       (fp32, operands k)
@@ -67,15 +72,29 @@ def wy_chunk(q, k, v, beta, g, state, dtype, state_dtype):
     return o.astype(f32), state
 
 
+def linear_chunk(q, k, v, state, dtype, state_dtype):
+    """One chunk of linear attention (q scaled and rounded; state (DV, DK) float32): (o, new state)."""
+    r = lambda x: _operand(x, dtype)
+    n = q.shape[0]
+    s_op = r(state)
+    scores = r(np.tril((q @ k.T).astype(f32)))                                       # chunk_fwd_o
+    o = (q @ s_op.T).astype(f32) + (scores @ v).astype(f32)
+    state = (state + (v.T @ k).astype(f32)).astype(f32)                              # chunk_fwd_h
+    if state_dtype != "fp32":
+        state = _operand(state, state_dtype)
+    return o.astype(f32), state
+
+
 def wy_chunkwise_kernel(state_dtype=None):
-    """A check_kernel kernel (fn(args) -> {"o", "ht"}) for ops delta and gated-delta, blhd layout.
-    state_dtype: None keeps the running state in float32 (fla's); "bf16"/"fp16" rounds it at every
-    chunk boundary (what the judge's state_dtype option describes)."""
+    """A check_kernel kernel (fn(args) -> {"o", "ht"}) for every op (DeltaNet and Gated DeltaNet in the WY
+    form, linear attention in fla's chunk form), blhd layout. state_dtype: None keeps the running state in
+    float32 (fla's); "bf16"/"fp16" rounds it at every chunk boundary (what the judge's state_dtype option
+    describes)."""
 
     def kernel(args):
         op, C, dtype = args["op"], int(args["chunk_size"]), canonical(args["dtype"])
-        if op not in ("delta", "gated-delta") or args["layout"] != "blhd":
-            raise ValueError("wy_chunkwise_kernel: delta or gated-delta, blhd layout")
+        if op not in ("linear", "delta", "gated-delta") or args["layout"] != "blhd":
+            raise ValueError("wy_chunkwise_kernel: linear, delta or gated-delta, blhd layout")
         sd = canonical(state_dtype) if state_dtype is not None else "fp32"
         r = lambda x: _operand(x, dtype)
         scale = args.get("scale", 1.0)
@@ -83,7 +102,7 @@ def wy_chunkwise_kernel(state_dtype=None):
             scale = np.shape(args["q"])[-1] ** -0.5
         q = r(np.asarray(args["q"], f32) * f32(scale))
         k, v = r(args["k"]), r(args["v"])
-        beta = np.asarray(args["beta"], f32)
+        beta = np.asarray(args["beta"], f32) if op != "linear" else None
         g = np.asarray(args["g"], f32) if op == "gated-delta" else None
         h0 = args.get("h0")
         cu = args.get("cu_seqlens")
@@ -98,8 +117,11 @@ def wy_chunkwise_kernel(state_dtype=None):
                 state = (np.asarray(h0[n, h], f32).T.copy() if h0 is not None else np.zeros((V, K), f32))
                 for c0 in range(start, stop, C):
                     c1 = min(c0 + C, stop)
-                    out, state = wy_chunk(q[b, c0:c1, h], k[b, c0:c1, h], v[b, c0:c1, h], beta[b, c0:c1, h],
-                                          None if g is None else g[b, c0:c1, h], state, dtype, sd)
+                    if op == "linear":
+                        out, state = linear_chunk(q[b, c0:c1, h], k[b, c0:c1, h], v[b, c0:c1, h], state, dtype, sd)
+                    else:
+                        out, state = wy_chunk(q[b, c0:c1, h], k[b, c0:c1, h], v[b, c0:c1, h], beta[b, c0:c1, h],
+                                              None if g is None else g[b, c0:c1, h], state, dtype, sd)
                     o[b, c0:c1, h] = out
                 ht[n, h] = state.T
         return {"o": np.asarray(round_to(o, dtype), np.float64), "ht": np.asarray(ht, np.float64)}
@@ -108,9 +130,12 @@ def wy_chunkwise_kernel(state_dtype=None):
     return kernel
 
 
-def sweep(ops=("delta", "gated-delta"), cases=200, seed=0, dtypes=("bf16", "fp16", "fp32"), state_dtype=None, log=None):
-    """check_kernel's cases for the WY kernel, judged with verify::judge (chunk size not told, so every
-    chunk of 16, 32 and 64 tokens is covered): per op, how many cases agree, disagree or are
+OPS = ("linear", "delta", "gated-delta")
+
+
+def sweep(ops=OPS, cases=200, seed=0, dtypes=("bf16", "fp16", "fp32"), state_dtype=None, log=None):
+    """check_kernel's cases for these kernels, judged with verify::judge (chunk size not told, so every
+    chunking of up to 64 tokens is covered): per op, how many cases agree, disagree or are
     inconclusive, the largest err/bound and where. Forward only (the kernel has no backward)."""
     import time
 
@@ -145,12 +170,12 @@ def sweep(ops=("delta", "gated-delta"), cases=200, seed=0, dtypes=("bf16", "fp16
     return out
 
 
-def sweep_seeds(seeds, cases=48, state_dtype=None):
+def sweep_seeds(seeds, cases=48, state_dtype=None, ops=OPS):
     """`sweep` over seeds 0 .. seeds − 1 (check_kernel's default 48 cases each), summed per op: the
     counts, the largest err/bound and where, every rejected and every inconclusive case."""
     total = {}
     for seed in range(seeds):
-        for op, r in sweep(cases=cases, seed=seed, state_dtype=state_dtype).items():
+        for op, r in sweep(ops=ops, cases=cases, seed=seed, state_dtype=state_dtype).items():
             t = total.setdefault(op, {"seeds": 0, "cases": 0, "agree": 0, "disagree": 0, "inconclusive": 0,
                                       "largest_ratio": {"ratio": 0.0}, "rejected": [], "inconclusive_cases": []})
             t["seeds"] += 1
@@ -172,13 +197,15 @@ if __name__ == "__main__":
     import datetime
     import warnings
 
-    parser = argparse.ArgumentParser(description="verify::judge on the numpy WY chunkwise kernel over check_kernel's cases")
+    parser = argparse.ArgumentParser(description="verify::judge on the numpy production-style kernels over check_kernel's cases")
     parser.add_argument("--cases", type=int, default=48, help="cases per seed (check_kernel's default: 48)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1")
     parser.add_argument("--state-dtype", default=None)
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + ", ".join(OPS))
     a = parser.parse_args()
+    ops = tuple(a.ops.split(","))
     warnings.simplefilter("ignore", RuntimeWarning)  # fp16 WY products overflow in some regimes: judged inconclusive
-    result = sweep_seeds(a.seeds, cases=a.cases, state_dtype=a.state_dtype)
+    result = sweep_seeds(a.seeds, cases=a.cases, state_dtype=a.state_dtype, ops=ops)
     here = os.path.dirname(os.path.abspath(__file__))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here).stdout.strip()
     print(json.dumps({"provenance": {
@@ -186,5 +213,6 @@ if __name__ == "__main__":
         "gpu": f"none (CPU only: {platform.machine()}, {os.cpu_count()} cores)",
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
         "command": f"PYTHONPATH=build/release/python python3 python/tests/production_kernels.py --seeds {a.seeds} "
-                   f"--cases {a.cases}" + (f" --state-dtype {a.state_dtype}" if a.state_dtype else "")},
+                   f"--cases {a.cases}" + (f" --state-dtype {a.state_dtype}" if a.state_dtype else "")
+                   + (f" --ops {a.ops}" if ops != OPS else "")},
         "result": result}, indent=1))

@@ -87,8 +87,9 @@ def test_state_dtype_keyword(backend):
 
 
 def test_an_honest_wy_kernel_is_never_rejected_on_check_kernels_cases():
-    """The numpy WY chunkwise kernel (bf16/fp16 operands, fp32 accumulation and state) over check_kernel's
-    default draws, ten seeds per op: no disagreement (the full 200-seed sweep: production_kernels.py)."""
+    """The numpy production-style kernels (the WY chunkwise form for the delta family, fla's chunk form for
+    linear attention; bf16/fp16 operands, fp32 accumulation and state) over check_kernel's default draws,
+    ten seeds per op: no disagreement (the full 200-seed sweep: production_kernels.py)."""
     from production_kernels import sweep
     for seed in range(10):
         for op, result in sweep(cases=48, seed=seed).items():

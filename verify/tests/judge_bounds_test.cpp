@@ -424,6 +424,136 @@ TEST(JudgeWy, ResultBeyondTheDtypesRangeIsInconclusive) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Linear attention's forward as production kernels run it (fla's chunk_fwd_h and chunk_fwd_o), emulated:
+// scale·q, the state read and the scores rounded to bf16 as operands, products and sums in fp32, the
+// running state in fp32 (or rounded to bf16 at every chunk's end), o stored in bf16, ht in fp32.
+
+WyRun linear_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state, const MatrixD& h0) {
+  using MF = Eigen::MatrixXf;
+  const Index L = q.rows(), DK = k.cols(), DV = v.cols();
+  auto r = [](const MF& m) { return MF(m.unaryExpr([](float x) { return float(round_bf16(x)); })); };
+  MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
+  WyRun out;
+  out.o.assign(size_t(L * DV), 0.0);
+  for (Index a = 0; a < L; a += C) {
+    const Index n = std::min(C, L - a);
+    const MF K = k.middleRows(a, n).cast<float>(), V = v.middleRows(a, n).cast<float>(), Q = q.middleRows(a, n).cast<float>();
+    MF P = Q * K.transpose();
+    P.triangularView<Eigen::StrictlyUpper>().setZero();
+    const MF O = Q * r(S).transpose() + r(P) * V;
+    for (Index i = 0; i < n; ++i)
+      for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
+    S = S + V.transpose() * K;
+    if (bf16_state) S = r(S);
+  }
+  for (Index i = 0; i < DV; ++i)
+    for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
+  return out;
+}
+
+std::pair<KernelCase, KernelResult> linear_case(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state,
+                                                const MatrixD& h0) {
+  const Index L = q.rows(), DK = k.cols(), DV = v.cols();
+  auto pack = [](const MatrixD& m, std::vector<Index> shape, DType dtype) {
+    HostTensor t;
+    t.shape = std::move(shape), t.dtype = dtype;
+    for (Index i = 0; i < m.rows(); ++i)
+      for (Index j = 0; j < m.cols(); ++j) t.values.push_back(m(i, j));
+    return t;
+  };
+  KernelCase c;
+  c.op = Op::linear, c.layout = Layout::bhld;
+  c.q = pack(q, {1, 1, L, DK}, DType::bf16), c.k = pack(k, {1, 1, L, DK}, DType::bf16), c.v = pack(v, {1, 1, L, DV}, DType::bf16);
+  c.h0 = pack(h0, {1, 1, DV, DK}, DType::f32);
+  const WyRun run = linear_kernel(q, k, v, C, bf16_state, h0);
+  KernelResult r;
+  r.o = HostTensor{{1, 1, L, DV}, run.o, DType::bf16};
+  r.ht = HostTensor{{1, 1, DV, DK}, run.ht, DType::f32};
+  return {c, r};
+}
+
+// The fp32-state contract: the honest chunk kernel agrees at every chunk size, told or not; the same kernel
+// with a bf16 running state is caught in ht when it does not declare it and agrees when it does.
+TEST(JudgeLinear, SixteenBitRunningStateIsCaughtUnlessDeclared) {
+  std::mt19937_64 rng(5);
+  double worst = 0;
+  for (Index C : {16, 32, 64}) {
+    const Index L = 5 * C + 3, DK = 8, DV = 6;
+    const MatrixD q = bf16_matrix(L, DK, rng, 0.35), k = bf16_matrix(L, DK, rng, 0.35), v = bf16_matrix(L, DV, rng, 1);
+    const MatrixD h0 = bf16_matrix(DV, DK, rng, 1);
+    JudgeOptions told, declared;
+    told.chunk_size = C;
+    declared.state_dtype = DType::bf16;
+    const auto [c, honest] = linear_case(q, k, v, C, false, h0);
+    for (const JudgeOptions& o : {JudgeOptions{}, told, declared}) {
+      const Verdict verdict = judge(c, honest, o);
+      EXPECT_TRUE(verdict.agrees()) << "C = " << C << "\n" << format_table(verdict);
+      for (const auto& row : verdict.comparisons) worst = std::max(worst, row.ratio);
+    }
+    const auto [c16, sixteen] = linear_case(q, k, v, C, true, h0);
+    const Verdict held = judge(c16, sixteen);
+    EXPECT_EQ(held.find("ht")->status(), Status::disagree) << "C = " << C << "\n" << format_table(held);
+    EXPECT_TRUE(judge(c16, sixteen, declared).agrees()) << "C = " << C << "\n" << format_table(judge(c16, sixteen, declared));
+  }
+  std::cout << "  largest err/bound of the honest kernel: " << worst << "\n";
+}
+
+// The state's chain alone: bf16 inputs, ht stored in fp64, so its bound is ε_S·M (M = |h0| + Σ |v_s||k_s|ᵀ)
+// with ε_S = γ_{m_S}(2⁻²³), m_S = L + ⌈L/16⌉ + 8: no operand rounding (bf16 products are exact in fp32).
+// Half of it at every entry agrees; twice it at one entry is caught there (the model before, 3·2⁻⁸·M, let
+// that through, and with it a bf16 state).
+TEST(JudgeLinear, StateChainTerm) {
+  std::mt19937_64 rng(6);
+  const Index L = 200, DK = 5, DV = 4;
+  const MatrixD q = bf16_matrix(L, DK, rng, 0.4), k = bf16_matrix(L, DK, rng, 0.4), v = bf16_matrix(L, DV, rng, 1);
+  const MatrixD h0 = bf16_matrix(DV, DK, rng, 1);
+  auto [c, r] = linear_case(q, k, v, 64, false, h0);
+  const KernelResult truth = oracle(c);
+  MatrixD m = h0.cwiseAbs();
+  for (Index t = 0; t < L; ++t) m += v.row(t).cwiseAbs().transpose() * k.row(t).cwiseAbs();
+  const double ms = L + std::ceil(L / 16.0) + 8, eps = ms * 0x1p-23 / (1 - ms * 0x1p-23);
+  r.o.reset();
+  r.ht = truth.ht;
+  r.ht->dtype = DType::f64;
+  for (Index i = 0; i < DV; ++i)
+    for (Index j = 0; j < DK; ++j) r.ht->values[size_t(i * DK + j)] += 0.5 * eps * m(i, j);
+  EXPECT_TRUE(judge(c, r).agrees()) << format_table(judge(c, r));
+  const size_t at = 13;
+  r.ht->values[at] = truth.ht->values[at] + 2 * eps * m(Index(at) / DK, Index(at) % DK);
+  const Verdict v1 = judge(c, r);
+  EXPECT_EQ(v1.status(), Status::disagree) << format_table(v1);
+  EXPECT_EQ(flat_index(*r.ht, v1.find("ht")->index), Index(at));
+  EXPECT_NEAR(v1.find("ht")->ratio, 2, 0.01);
+}
+
+// The window of the operand roundings: for an unknown chunk size, A_t covers every chunk start b in
+// [t − 63, t] (|q_t|(|S_b| + Σ_{s=b..t} |v_s||k_s|ᵀ)ᵀ, entry by entry); for a told one it is that sum at
+// the chunk's own start.
+TEST(JudgeLinear, OperandWindowCoversEveryChunkStart) {
+  std::mt19937_64 rng(7);
+  const Index L = 150, DK = 3, DV = 2;
+  judging::UnitInputs in;
+  in.q = bf16_matrix(L, DK, rng, 1), in.k = bf16_matrix(L, DK, rng, 1), in.v = bf16_matrix(L, DV, rng, 1);
+  in.s0 = bf16_matrix(DV, DK, rng, 1);
+  std::vector<MatrixD> states{*in.s0};  // S_b: the state before token b
+  for (Index t = 0; t < L; ++t) states.push_back(states.back() + in.v.row(t).transpose() * in.k.row(t));
+  auto sum_from = [&](Index b, Index t) {
+    MatrixD x = states[size_t(b)].cwiseAbs();
+    for (Index s = b; s <= t; ++s) x += in.v.row(s).cwiseAbs().transpose() * in.k.row(s).cwiseAbs();
+    return VectorD(x * in.q.row(t).cwiseAbs().transpose());
+  };
+  judging::LinearForwardModel unknown, told;
+  told.chunk_size = 32;
+  const judging::LinearStateTerms any = judging::linear_state_terms(in, unknown), own = judging::linear_state_terms(in, told);
+  for (Index t = 0; t < L; ++t) {
+    for (Index b = std::max<Index>(0, t - 63); b <= t; ++b)
+      for (Index d = 0; d < DV; ++d) EXPECT_LE(sum_from(b, t)(d), any.local(t, d) * (1 + 1e-12)) << "t " << t << ", b " << b;
+    const VectorD exact = sum_from(t / 32 * 32, t);
+    for (Index d = 0; d < DV; ++d) EXPECT_NEAR(own.local(t, d), exact(d), 1e-12 * exact(d)) << "t " << t;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Threads: the judge's units run on reference/parallel.hpp's workers, so a parallel_for inside a unit
 // (a High product) runs on that unit's thread instead of starting a pool of its own.
 TEST(JudgeThreads, NestedParallelWorkStaysOnTheUnitsThread) {
