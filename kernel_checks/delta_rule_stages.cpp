@@ -2,6 +2,7 @@
 
 #include "reference/delta_rule.hpp"
 #include "reference/gated_delta_rule.hpp"
+#include "verify/judge.hpp"
 #include "verify/matrix_comparison.hpp"
 
 #include <cmath>
@@ -391,6 +392,31 @@ std::vector<Matrix<double>> heads_of(const Tensor4<Exact>& t) {
 Comparison compare_end_to_end(const std::string& tensor, const DeltaCase& c, const std::vector<Matrix<double>>& candidate,
                               const std::vector<Matrix<double>>& reference, double tau) {
   return compare_rows_normwise(tensor, candidate, reference, tau, c.heads);
+}
+
+Verdict judge_forward(const DeltaCase& c, const HostInputs& in, const Tensor4<Exact>& output, const Tensor4<Exact>& final_state) {
+  auto host = [](const Tensor4<Exact>& t, std::vector<Index> shape, dt::DType dtype) {
+    HostTensor h;
+    h.shape = std::move(shape), h.dtype = dtype;
+    h.values.reserve(t.data.size());
+    for (const Exact& x : t.data) h.values.push_back(ref::to_double(x));  // every entry is a dtype number: exact
+    return h;
+  };
+  const dt::DType dtype = dt::verify_dtype(c.dtype);
+  const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim;
+  KernelCase k;
+  k.op = c.gated ? Op::gated_delta : Op::delta;
+  k.layout = Layout::bhld;
+  k.q = host(in.q, {B, H, L, DK}, dtype), k.k = host(in.k, {B, H, L, DK}, dtype), k.v = host(in.v, {B, H, L, DV}, dtype);
+  k.beta = host(in.beta, {B, H, L}, dtype);
+  if (c.gated) k.g = host(in.log_gate, {B, H, L}, dt::DType::f32);
+  if (c.with_initial_state) k.h0 = host(in.initial_state, {B, H, DV, DK}, dt::DType::f32);
+  KernelResult r;
+  r.o = host(output, {B, H, L, DV}, dtype);
+  r.ht = host(final_state, {B, H, DV, DK}, dt::DType::f32);
+  JudgeOptions options;
+  options.chunk_size = long(c.chunk);
+  return judge(k, r, options);
 }
 
 // End-to-end threshold in units of the operand rounding (fp32 inputs: fp32 accumulation over the

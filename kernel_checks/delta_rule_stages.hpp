@@ -21,9 +21,12 @@
 //     ε_D           relative error of a kernel decay exp(Ĝ_i − Ĝ_j) (fp32 cumulative sums, exp2f of
 //                   the exponent times log2 e, within 2 ulp), zero for DeltaNet where every exponent is 0.
 //
-// End to end (cross-C, decode after prefill, accuracy) the kernel is compared with a float64
-// token recurrence normwise: bounds on the whole chain would multiply the stage bounds by the
-// recurrence's growth, so these tests state their thresholds in units of u_op instead.
+// End to end across chunk sizes the kernel's output and final state are judged by verify::judge at the case's
+// dtype and chunk size (judge_forward): the derived bounds of the WY chunkwise algorithm with its premises, so
+// a case outside them is inconclusive, never a disagreement. Decode after prefill and the accuracy inputs
+// compare with a float64 token recurrence normwise, thresholds in units of u_op (compare_end_to_end): a
+// threshold relative to the result, which a state that the recurrence erases (DK = 1, β‖k‖² near 1) can
+// shrink below the errors made before the erase.
 #pragma once
 
 #include "cuda/delta_rule.h"
@@ -133,6 +136,10 @@ std::vector<Matrix<double>> heads_of(const ref::Tensor4<ref::Exact>& t);
 Comparison compare_end_to_end(const std::string& tensor, const DeltaCase& c, const std::vector<Matrix<double>>& candidate,
                               const std::vector<Matrix<double>>& reference, double tau);
 double end_to_end_tau(DType d);
+// The kernel's output (in the input dtype) and final state (fp32) judged by verify::judge against the oracle on
+// the same inputs: bounds derived for 16-bit (or fp32) operands, fp32 sums and an fp32 state in the WY chunkwise
+// form at the case's chunk size (verify/kernel_model.hpp, proofs/kernel_error_bounds.md), three-valued.
+Verdict judge_forward(const DeltaCase& c, const HostInputs& in, const Tensor4<Exact>& output, const Tensor4<Exact>& final_state);
 
 DecodeResult run_decode(const DeltaCase& c, const HostInputs& in, const std::optional<ref::Tensor4<ref::Exact>>& state);
 // "decode O" and "decode S" of every (batch, head) against the exact recurrence within its bound.

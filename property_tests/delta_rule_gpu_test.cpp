@@ -246,34 +246,102 @@ TEST(DeltaRuleGpu, RegimeFp16LongSequence) {
 // ---------------------------------------------------------------------------------------
 // Cross-C, decode, determinism.
 
+// Each chunk size's output and final state judged by verify::judge at that chunk size (judge_forward): bounds
+// derived for the WY chunkwise algorithm with 16-bit operands and fp32 sums, not a threshold relative to the
+// result (which a state the recurrence erases, DK = 1 with β‖k‖² near 1, shrinks below the errors made before
+// the erase). A case outside a premise of those bounds is inconclusive: counted and printed, not a failure.
+// Two chunk sizes that both agree with the oracle agree with each other within the sum of their bounds.
 TEST(DeltaRuleGpu, ChunkSizesAgree) {
   DELTAPROOF_REQUIRE_GPU();
-  EXPECT_TRUE(check_cases("C = 16, 32, 64 agree with float64 and with each other", 6, [](void) {
+  int runs = 0, inconclusive = 0;
+  EXPECT_TRUE(check_cases("C = 16, 32, 64 each agree with the oracle within verify::judge's bounds", 6, [&](void) {
     DeltaCase c = *gen_case(*rc::gen::arbitrary<bool>(), 300, 64);
     const HostInputs in = make_inputs(c);
-    const DoubleForward oracle = double_oracle(c, in);
-    std::vector<std::vector<Matrix<double>>> outputs;
     for (Index C : {16, 32, 64}) {
       c.chunk = C;
       const ForwardResult r = run_forward(c, in, false);
-      outputs.push_back(heads_of(r.output));
-      const Comparison out = compare_end_to_end("output vs float64", c, outputs.back(), oracle.output, end_to_end_tau(c.dtype));
-      if (!out.agrees()) RC_FAIL(describe(c) + ": " + describe(out));
-      const Comparison state =
-          compare_end_to_end("final state vs float64", c, heads_of(r.final_state), oracle.final_state, end_to_end_tau(c.dtype));
-      if (!state.agrees()) RC_FAIL(describe(c) + ": " + describe(state));
-    }
-    for (size_t i = 1; i < outputs.size(); ++i) {
-      const Comparison pair = compare_end_to_end("output C=" + std::to_string(16 << i) + " vs C=16", c, outputs[i], outputs[0],
-                                                 2 * end_to_end_tau(c.dtype));
-      if (!pair.agrees()) RC_FAIL(describe(c) + ": " + describe(pair));
+      const Verdict v = judge_forward(c, in, r.output, r.final_state);
+      ++runs;
+      if (v.status() == Status::disagree) RC_FAIL(describe(c) + "\n" + format_table(v));
+      if (v.inconclusive()) {
+        ++inconclusive;
+        std::cout << describe(c) << ": inconclusive, " << dt::describe(*v.premise()) << "\n";
+      }
     }
   }));
+  std::cout << runs << " kernel runs judged, " << inconclusive << " inconclusive (outside a premise of the bounds)\n";
 }
 
 
 
 
+
+// The judgement ChunkSizesAgree makes, without a device: the exact oracle's output and final state stored as the
+// kernel stores them (output in the input dtype, final state in fp32) agree at every chunk size, on the shape of
+// the end-to-end threshold's false alarm (fp16, DK = 1, keys off the unit sphere, C = 64) and on ordinary ones.
+// Planted where a lost write is visible at all (DK > 1; with DK = 1 and states the recurrence erases the bounds
+// exceed the outputs' own norms, the errors made before an erase being what they bound): the last chunk's output
+// rows never written (zero), caught in o alone; a final state never written, caught in ht wherever its bound is
+// below ‖S_L‖. Printed per shape: that bound in units of u·‖S_L‖_F (the threshold it replaces was 16 u).
+TEST(DeltaRuleStageChecks, JudgedForwardAcceptsTheOracleAndCatchesLostWrites) {  // runs without a device
+  struct Shape {
+    bool gated;
+    DType dtype;
+    Index heads, length, key_dim, value_dim;
+    bool initial_state, lost_writes_visible;
+  };
+  const Shape shapes[] = {{false, DType::f16, 2, 60, 1, 1, false, false}, {false, DType::bf16, 1, 100, 16, 8, true, true},
+                          {true, DType::f16, 2, 77, 12, 20, true, true},  {true, DType::f32, 1, 70, 8, 8, false, true},
+                          {false, DType::bf16, 2, 130, 1, 3, false, false}};
+  for (const Shape& s : shapes) {
+    double least = INFINITY, most = 0;
+    int states_caught = 0, states_within = 0, planted = 0;
+    for (std::uint64_t seed : {1, 2, 3})
+      for (Index C : {16, 32, 64}) {
+        DeltaCase c;
+        c.gated = s.gated, c.dtype = s.dtype, c.heads = s.heads, c.length = s.length, c.key_dim = s.key_dim;
+        c.value_dim = s.value_dim, c.with_initial_state = s.initial_state, c.chunk = C, c.seed = seed;
+        const HostInputs in = make_inputs(c);
+        const ForwardResult exact = oracle_as_kernel(c, in);
+        const Tensor4<Exact> output = dt::round_to(exact.output, c.dtype), final_state = dt::round_to(exact.final_state, DType::f32);
+        const Verdict clean = judge_forward(c, in, output, final_state);
+        EXPECT_TRUE(clean.agrees()) << describe(c) << "\n" << format_table(clean);
+        // The final state's bound against its norm, in the worst (batch, head).
+        const Comparison& ht = *clean.find("ht");
+        const std::vector<Matrix<double>> states = heads_of(exact.final_state);
+        const double norm = states[size_t(ht.batch * c.heads + ht.head)].norm();
+        const double units = ht.bound / (dt::unit_roundoff(dt::verify_dtype(c.dtype)) * norm);
+        least = std::min(least, units), most = std::max(most, units);
+        if (!s.lost_writes_visible) continue;
+
+        Tensor4<Exact> lost_output = output;
+        const Index first = (c.length - 1) / C * C;
+        for (Index b = 0; b < c.batch; ++b)
+          for (Index h = 0; h < c.heads; ++h) {
+            Matrix<Exact> m = lost_output.head(b, h);
+            m.bottomRows(c.length - first).setZero();
+            lost_output.set_head(b, h, m);
+          }
+        const Verdict lost = judge_forward(c, in, lost_output, final_state);
+        EXPECT_EQ(lost.find("o")->status(), Status::disagree) << describe(c) << "\n" << format_table(lost);
+        EXPECT_TRUE(lost.find("ht")->agrees()) << describe(c);
+        ++planted;
+
+        const Verdict unwritten = judge_forward(c, in, output, Tensor4<Exact>(c.batch, c.heads, c.value_dim, c.key_dim));
+        const bool caught = unwritten.find("ht")->status() == Status::disagree;
+        states_caught += caught;
+        if (ht.bound < norm) {
+          ++states_within;
+          EXPECT_TRUE(caught) << describe(c) << "\n" << format_table(unwritten);
+        }
+        EXPECT_TRUE(unwritten.find("o")->agrees()) << describe(c);
+      }
+    std::cout << "  " << (s.gated ? "gated " : "delta ") << cuda::name_of(s.dtype) << " L=" << s.length << " DK=" << s.key_dim
+              << " DV=" << s.value_dim << ": final-state bound " << least << " .. " << most << " u·||S_L||; an unwritten "
+              << "final state caught in " << states_caught << " of " << planted << " (" << states_within
+              << " with the bound below ||S_L||)\n";
+  }
+}
 
 TEST(DeltaRuleStageChecks, DecodeCheckAcceptsTheOracleAndCatchesALostState) {  // runs without a device
   for (bool gated : {false, true}) {
