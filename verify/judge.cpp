@@ -87,7 +87,7 @@ double subnormal_eta(DType d) {
     case DType::f16: return 0x1p-25;
     case DType::bf16: return 0x1p-134;
     case DType::f32: return 0x1p-150;
-    default: return 0x1p-1075;
+    default: return std::numeric_limits<double>::denorm_min();  // 2⁻¹⁰⁷⁵ is below every double: the next one up
   }
 }
 

@@ -115,8 +115,11 @@ TEST_P(EveryOutput, PlantedErrorCaughtAtItsIndexAlone) {
     ASSERT_NE(row, nullptr) << name;
     EXPECT_EQ(row->status(), Status::disagree) << name << "\n" << format_table(v);
     EXPECT_EQ(flat_index(t, row->index), Index(at)) << name << "\n" << format_table(v);
-    for (const Comparison& other : v.comparisons)
-      if (other.tensor != name) EXPECT_TRUE(other.agrees()) << name << " moved " << other.tensor;
+    for (const Comparison& other : v.comparisons) {
+      if (other.tensor != name) {
+        EXPECT_TRUE(other.agrees()) << name << " moved " << other.tensor;
+      }
+    }
   }
 }
 
