@@ -6,6 +6,14 @@ also with fla's Hopper guard lifted) and the derivation's Triton kernels (forwar
 
     PYTHONPATH=build/release/python python3 bench/peers/run_peers.py --peers <peers folder> --out OUT \
         [--max-cases 16] [--only fla_delta]
+    ... run_peers.py --set audit --max-cases 50 --only audit_fused_recurrent_delta_rule_bf16 --out OUT
+
+The audit set (--set audit) is every one of fla's linear attention, DeltaNet and Gated DeltaNet functions
+(chunk_*, fused_chunk_linear_attn, fused_recurrent_*) through deltaproof.adapters.fla, one configuration per
+function and dtype (bf16, fp16; fixed and varlen cases drawn together; forward and backward where fla has a
+backward; DeltaNet and Gated DeltaNet also with use_qk_l2norm_in_kernel=True), at one head-dim pair so that
+Triton compiles few shapes: a run per configuration (--only) fits a time-limited machine. Records go to
+OUT/audit_fla.json.
 
 Writes OUT/run_peers.log (progress, flushed per case), one JSON file per kernel family
 (fla_linear.json, fla_delta.json, fla_gated_delta.json, article.json: {"provenance": date, commit, GPU,
@@ -40,6 +48,8 @@ def main():
     p.add_argument("--budget-s", type=float, default=500,
                    help="stop drawing cases and skip configurations once this much time has gone")
     p.add_argument("--max-shrink-steps", type=int, default=40)
+    p.add_argument("--set", choices=("peers", "audit"), default="peers",
+                   help="peers: the configurations above; audit: every fla function of the three families")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: the oracle stands in for every kernel (a guarded gated backward raises as fla's does)")
     a = p.parse_args()
@@ -59,15 +69,25 @@ def main():
     if a.dry_run:  # the script's plumbing on a CPU: the oracle stands in for every peer kernel
         import types
         fla_chunk_o = types.SimpleNamespace(IS_NVIDIA_HOPPER=True)
+
+        def stand_in(name):  # a function named as fla's: the adapter takes the op from the name
+            def f(*args, **kwargs):
+                raise NotImplementedError("dry run")
+            f.__name__ = name
+            return f
+        (chunk_linear_attn, fused_chunk_linear_attn, fused_recurrent_linear_attn, chunk_delta_rule,
+         fused_recurrent_delta_rule, chunk_gated_delta_rule, fused_recurrent_gated_delta_rule) = map(stand_in, (
+            "chunk_linear_attn", "fused_chunk_linear_attn", "fused_recurrent_linear_attn", "chunk_delta_rule",
+            "fused_recurrent_delta_rule", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"))
         log(f"dry run, deltaproof from {os.path.dirname(deltaproof.__file__)}")
     else:
         import torch
         log(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0)}, deltaproof from "
             f"{os.path.dirname(deltaproof.__file__)}")
         import fla.ops.common.chunk_o as fla_chunk_o
-        from fla.ops.delta_rule import chunk_delta_rule
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-        from fla.ops.linear_attn import chunk_linear_attn
+        from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+        from fla.ops.linear_attn import chunk_linear_attn, fused_chunk_linear_attn, fused_recurrent_linear_attn
         import article_kernels as article
 
     hopper_guard = fla_chunk_o.IS_NVIDIA_HOPPER
@@ -136,6 +156,22 @@ def main():
         configurations.append(dict(name=f"article_delta_chunk_{dtype}{suffix}", fn=article_delta_chunk, op="delta",
                                    dtypes=(dtype,), tf32=tf32, initial_state=False, expect=("o",), **article_common))
 
+    if a.set == "audit":
+        from deltaproof.adapters import fla as fla_adapter
+        # fla's functions, as shipped (the gated chunk backward's Hopper guard lifted: as shipped it refuses to run).
+        audit_common = dict(common, layout="blhd", chunk_sizes=(64,), head_dims=((64, 64),), varlen=True, tf32=False)
+        configurations = []
+        for fn, backward in ((chunk_linear_attn, True), (fused_chunk_linear_attn, True), (fused_recurrent_linear_attn, True),
+                             (chunk_delta_rule, True), (fused_recurrent_delta_rule, True),
+                             (chunk_gated_delta_rule, True), (fused_recurrent_gated_delta_rule, False)):
+            op = fla_adapter.op_of(fn)
+            for dtype in ("bf16", "fp16"):
+                for l2norm in (False, True) if op != "linear" else (False,):
+                    configurations.append(dict(
+                        name=f"audit_{fn.__name__}_{dtype}{'_qk_l2norm' if l2norm else ''}", fn=fla_adapter.forward(fn),
+                        op=op, dtypes=(dtype,), backward=backward, qk_l2norm=l2norm, guard=op != "gated-delta",
+                        **audit_common))
+
     run_provenance = provenance.collect(__file__, sys.argv[1:], gpu=None if not a.dry_run else "none (dry run)")
     only = [s for s in a.only.split(",") if s]
     summary, groups = [], {}
@@ -144,7 +180,8 @@ def main():
         name = config.pop("name")
         if only and not any(s in name for s in only):
             continue
-        group = next(g for g in ("fla_linear", "fla_delta", "fla_gated_delta", "article") if name.startswith(g))
+        group = next(g for g in ("fla_linear", "fla_delta", "fla_gated_delta", "article", "audit_fla")
+                     if name.startswith(g) or (g == "audit_fla" and name.startswith("audit_")))
         path = os.path.join(a.out, f"{group}.json")
         if time.time() - start > a.budget_s:
             log(f"== {name}: skipped (time budget of {a.budget_s:.0f} s spent)")
