@@ -40,9 +40,11 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardEqualsExactDirectionalDerivative
   }
 }
 
-// Central differences in High (100 digits) with step h = 1e-20. L(x + t·u) is a cubic in t,
-// so the truncation error is h²/6·|L'''| ≈ 1e-41·|L'''| and rounding about 1e-100·|L|/h = 1e-80·|L|:
-// both far below the 1e-25 relative tolerance the test asserts.
+// Central differences in High (100 digits) with step h = 1e-20. L(x + t·u) is a cubic in t, so the central
+// difference is ∇L·u + d·h² exactly, d = <dO, o(u)>: the output of the direction itself with no h0 (every other
+// term of L has degree ≤ 2 in t). That truncation is subtracted; what remains is rounding, about
+// 1e-100·|L|/h = 1e-80·|L|. Asserted: 1e-25 relative to |∇L·u| (or to Σ|∇L||u| where ∇L·u vanishes), plus
+// 1e-75 of |L| and |d| for the rounding (all exact zeros: exactly zero).
 RC_GTEST_PROP(LinearAttentionGradients, BackwardMatchesCentralDifferencesInHigh, ()) {
   const auto c = *gen_linear_attention_case({.max_length = 40, .max_dim = 10});
   const auto x = ref::params_cast<High>(params_of(c.inputs));
@@ -50,8 +52,13 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardMatchesCentralDifferencesInHigh,
   const High step("1e-20");
   const la::Inputs<High> in = inputs_of(x);
   const la::Cotangents<High> cot = la::cast<High>(c.cotangents);
+  la::Inputs<High> direction = inputs_of(u);
+  direction.initial_state.reset();
+  const la::Cotangents<High> output_only{cot.d_output, std::nullopt};
   for (Form form : {Form::parallel, Form::recurrent, Form::chunkwise}) {
-    const High fd = ref::central_difference(la::loss_of(form, c.shape.chunk_size, c.cotangents), x, u, step);
+    const auto loss = la::loss_of(form, c.shape.chunk_size, c.cotangents);
+    const High fd = ref::central_difference(loss, x, u, step);
+    const High cubic = la::pairing(la::forward(form, direction, c.shape.chunk_size), output_only);
     const auto grads = params_of(la::backward(form, in, cot, c.shape.chunk_size), in.initial_state.has_value());
     const High analytic = ref::inner(grads, u);
     // Relative to |∇L·u|, or to Σ|∇L||u| when ∇L·u happens to vanish.
@@ -62,9 +69,9 @@ RC_GTEST_PROP(LinearAttentionGradients, BackwardMatchesCentralDifferencesInHigh,
       for (auto& p : abs_u) p.value = p.value.cwiseAbs();
       scale = ref::inner(abs_grads, abs_u);
     }
-    const High error = abs(fd - analytic);
-    const bool agrees = scale == 0 ? error == 0 : error / scale < High("1e-25");
-    if (!agrees) RC_FAIL("central difference vs analytic: relative error " + (error / scale).str(5));
+    const High error = abs(fd - cubic * step * step - analytic);
+    const bool agrees = error <= High("1e-25") * scale + High("1e-75") * (abs(loss(x)) + abs(cubic));
+    if (!agrees) RC_FAIL("central difference vs analytic: error " + error.str(5) + " against |∇L·u| or Σ|∇L||u| " + scale.str(5));
     RC_ASSERT(agrees);
   }
 }
