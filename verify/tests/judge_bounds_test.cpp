@@ -267,17 +267,20 @@ TEST(JudgeTerms, ProbabilisticMultiplierAndWyTerms) {
 // The WY chunkwise algorithm as production kernels run it, emulated here: operands rounded to bf16,
 // products and sums in fp32, the running state in fp32 (or rounded to bf16 at every chunk's end).
 
-struct WyRun {
+// What an emulated kernel returns: o and ht of one head.
+struct KernelRun {
   std::vector<double> o, ht;  // (L, DV), (DV, DK) row-major, one head
 };
 
-WyRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta, Index C, bool bf16_state,
+// Every entry rounded to bf16 (an operand as the tensor cores take it).
+Eigen::MatrixXf bf16_operand(const Eigen::MatrixXf& m) { return m.unaryExpr([](float x) { return float(round_bf16(x)); }); }
+
+KernelRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta, Index C, bool bf16_state,
                 const MatrixD& h0) {
   using MF = Eigen::MatrixXf;
   const Index L = q.rows(), DK = k.cols(), DV = v.cols();
-  auto r = [](const MF& m) { return MF(m.unaryExpr([](float x) { return float(round_bf16(x)); })); };
   MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
-  WyRun out;
+  KernelRun out;
   out.o.assign(size_t(L * DV), 0.0);
   for (Index a = 0; a < L; a += C) {
     const Index n = std::min(C, L - a);
@@ -287,17 +290,17 @@ WyRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const Vect
     A.triangularView<Eigen::Upper>().setZero();
     MF T = MF::Identity(n, n);
     for (Index i = 1; i < n; ++i) T.row(i).head(i) = -(A.row(i).head(i) * T.topLeftCorner(i, i));
-    T = r(T);
-    const MF W = r(T * r(b.asDiagonal() * K)), U = r(T * r(b.asDiagonal() * V));
-    const MF s_op = r(S);
-    const MF Vbar = r(U - W * s_op.transpose());
+    T = bf16_operand(T);
+    const MF W = bf16_operand(T * bf16_operand(b.asDiagonal() * K)), U = bf16_operand(T * bf16_operand(b.asDiagonal() * V));
+    const MF s_op = bf16_operand(S);
+    const MF Vbar = bf16_operand(U - W * s_op.transpose());
     MF P = Q * K.transpose();
     P.triangularView<Eigen::StrictlyUpper>().setZero();
-    const MF O = Q * s_op.transpose() + r(P) * Vbar;
+    const MF O = Q * s_op.transpose() + bf16_operand(P) * Vbar;
     for (Index i = 0; i < n; ++i)
       for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
     S = S + Vbar.transpose() * K;
-    if (bf16_state) S = r(S);
+    if (bf16_state) S = bf16_operand(S);
   }
   for (Index i = 0; i < DV; ++i)
     for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
@@ -322,7 +325,7 @@ std::pair<KernelCase, KernelResult> wy_case(const MatrixD& q, const MatrixD& k, 
     c.h0 = pack(h0, {1, 1, DV, DK});
     c.h0->dtype = DType::f32;
   }
-  const WyRun run = wy_kernel(q, k, v, beta, C, bf16_state, h0);
+  const KernelRun run = wy_kernel(q, k, v, beta, C, bf16_state, h0);
   KernelResult r;
   r.o = HostTensor{{1, 1, L, DV}, run.o, DType::bf16};
   r.ht = HostTensor{{1, 1, DV, DK}, run.ht, DType::f32};
@@ -431,23 +434,22 @@ TEST(JudgeWy, ResultBeyondTheDtypesRangeIsInconclusive) {
 // scale·q, the state read and the scores rounded to bf16 as operands, products and sums in fp32, the
 // running state in fp32 (or rounded to bf16 at every chunk's end), o stored in bf16, ht in fp32.
 
-WyRun linear_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state, const MatrixD& h0) {
+KernelRun linear_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state, const MatrixD& h0) {
   using MF = Eigen::MatrixXf;
   const Index L = q.rows(), DK = k.cols(), DV = v.cols();
-  auto r = [](const MF& m) { return MF(m.unaryExpr([](float x) { return float(round_bf16(x)); })); };
   MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
-  WyRun out;
+  KernelRun out;
   out.o.assign(size_t(L * DV), 0.0);
   for (Index a = 0; a < L; a += C) {
     const Index n = std::min(C, L - a);
     const MF K = k.middleRows(a, n).cast<float>(), V = v.middleRows(a, n).cast<float>(), Q = q.middleRows(a, n).cast<float>();
     MF P = Q * K.transpose();
     P.triangularView<Eigen::StrictlyUpper>().setZero();
-    const MF O = Q * r(S).transpose() + r(P) * V;
+    const MF O = Q * bf16_operand(S).transpose() + bf16_operand(P) * V;
     for (Index i = 0; i < n; ++i)
       for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
     S = S + V.transpose() * K;
-    if (bf16_state) S = r(S);
+    if (bf16_state) S = bf16_operand(S);
   }
   for (Index i = 0; i < DV; ++i)
     for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
@@ -468,7 +470,7 @@ std::pair<KernelCase, KernelResult> linear_case(const MatrixD& q, const MatrixD&
   c.op = Op::linear, c.layout = Layout::bhld;
   c.q = pack(q, {1, 1, L, DK}, DType::bf16), c.k = pack(k, {1, 1, L, DK}, DType::bf16), c.v = pack(v, {1, 1, L, DV}, DType::bf16);
   c.h0 = pack(h0, {1, 1, DV, DK}, DType::f32);
-  const WyRun run = linear_kernel(q, k, v, C, bf16_state, h0);
+  const KernelRun run = linear_kernel(q, k, v, C, bf16_state, h0);
   KernelResult r;
   r.o = HostTensor{{1, 1, L, DV}, run.o, DType::bf16};
   r.ht = HostTensor{{1, 1, DV, DK}, run.ht, DType::f32};
