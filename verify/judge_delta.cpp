@@ -452,8 +452,13 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   for (Index t = 0; t < L; ++t) do_q(t) = do_norms(t) * q_norms(t);
   const VectorD g_mag = sw.n_g + window_sums(do_q, w, true);           // ≥ ‖G‖ at the chunk's end, plus its reads
   const VectorD s_mag = near_state + window_sums(sw.n_write, w, false);  // ≥ ‖S‖ at the chunk's start, plus its writes
-  bd.dq.resize(L, 1), bd.dk.resize(L, 1), bd.dv.resize(L, 1), bd.dbeta.resize(L, 1), bd.dg.resize(L, 1);
-  VectorD dg_terms(L);
+  bd.dq.resize(L, 1), bd.dk.resize(L, 1), bd.dv.resize(L, 1), bd.dbeta.resize(L, 1), bd.dg = MatrixD::Zero(L, 1);
+  // dg as a chunk kernel forms it: dG_i, the gradient of the chunk's cumulative log-gates, summed over
+  // the chunk's later tokens. Each dG_i is a sum of terms that cancel, ⟨q_i, dq_i⟩ − ⟨k_i, dk_i⟩ (+ the
+  // WY system's, terms of dk too), and at the chunk's end e^{G_n}⟨S_[c], dS_[c+1]⟩ + Σ_j ⟨k_j, dk_j⟩;
+  // their roundings do not cancel, so the bound carries ε times their magnitudes
+  // (proofs/kernel_error_bounds.md §7). At one token without h0, dg = 0 while ⟨q, dq⟩ is not.
+  VectorD dg_terms(L), gate_terms(L), key_terms(L);
   for (Index t = 0; t < L; ++t) {
     const double nk = k_norms(t), ndo = do_norms(t), a = alpha(t), b = std::abs(in.beta(t));
     const double s_prev = sw.n_state(t);
@@ -467,25 +472,32 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
     const double sig_state_do =
         std::max(std::min(lam * std::sqrt(std::max(0.0, sw.tr_c(t + 1))) * ndo, lam * std::sqrt(std::max(0.0, sw.do_w(t)))),
                  lam * std::sqrt(wy_now) * ndo);
-    const double dq = sig_state_do + eps * s_mag(t) * ndo;
+    const double dq_mag = s_mag(t) * ndo;  // what dq's and dk's local roundings act on
+    const double dk_mag = b * (g_mag(t) * sw.n_u(t) + a * (s_prev * gk_mag + s_mag(t) * sw.n_abs_gk(t)));
+    const double dq = sig_state_do + eps * dq_mag;
     const double dv = b * sig_gk + eps * b * gk_mag;
     const double dbeta = sw.n_u(t) * sig_gk + sig_u * sw.n_gk(t) + eps * (sw.n_u(t) + a * s_prev * nk) * gk_mag;
     // Value-side forms where they are smaller: F_tᵀ u_t, and E_{t−1}ᵀ (G_t k_t) (each ≤ its Frobenius form).
     const double sig_gu = std::min(sig_g * sw.n_u(t), lam * std::sqrt(std::max(0.0, sw.u_v(t))));
     const double sig_prev_gk = std::max(std::min(sig_prev * sw.n_gk(t), lam * std::sqrt(std::max(0.0, sw.gk_v(t)))),
                                         lam * std::sqrt(wy_prev) * sw.n_gk(t));
-    const double dk = b * (sig_gu + sw.n_g(t) * sig_u + a * (sig_prev_gk + s_prev * sig_gk)) +
-                      eps * b * (g_mag(t) * sw.n_u(t) + a * (s_prev * gk_mag + s_mag(t) * sw.n_abs_gk(t)));
+    const double dk = b * (sig_gu + sw.n_g(t) * sig_u + a * (sig_prev_gk + s_prev * sig_gk)) + eps * dk_mag;
     dg_terms(t) = a * (1 + b * nk * nk) * (sig_g * s_prev + sw.n_g(t) * sig_prev);
     const double dg_local = eps * a * s_prev * sw.n_g(t) * (1 + b * nk * nk);  // one token's term of the chunk sum
+    key_terms(t) = eps * nk * dk_mag;  // dG_t's terms: ⟨q_t, dq_t⟩ and ⟨k_t, dk_t⟩'s magnitudes
+    gate_terms(t) = dg_local + eps * q_norms(t) * dq_mag + key_terms(t);
     bd.dq(t, 0) = dq;
     bd.dk(t, 0) = dk;
     bd.dv(t, 0) = dv;
     bd.dbeta(t, 0) = dbeta;
-    // A chunk kernel forms dg_t as a sum over the following tokens of its chunk: window of locals.
-    bd.dg(t, 0) = dg_terms(t) + dg_local;
   }
-  if (m.gated) bd.dg.col(0) = dg_terms + window_sums(bd.dg.col(0) - dg_terms, w, true);
+  if (m.gated) {
+    // dg_t sums dG_i over the following tokens of its chunk (a window after t), and every token of the
+    // chunk receives the chunk's end terms: ⟨S_[c], G_[c+1]⟩ and Σ_j ⟨k_j, dk_j⟩ over a window each side.
+    const VectorD chunk_keys = window_sums(key_terms, w, false) + window_sums(key_terms, w, true) - key_terms;
+    bd.dg.col(0) = dg_terms + window_sums(gate_terms, w, true) + chunk_keys;
+    for (Index t = 0; t < L; ++t) bd.dg(t, 0) += eps * near_state(t) * g_mag(t);
+  }
   // Through scale and the in-kernel normalisation (rows of q, k): ‖J‖₂ ≤ |s|·r.
   bd.dq *= std::abs(scale);
   if (normalised) {

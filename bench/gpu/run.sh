@@ -5,7 +5,7 @@
 #
 # Phases:
 #   suites    every GPU test (ctest label gpu, the long ones left out) with CI's seed
-#   seeds     each GPU property suite with seeds 1..SEEDS (max_success=4; the accuracy runs at the
+#   seeds     each GPU property suite with seeds SEED_FIRST..SEEDS (max_success=4; the accuracy runs at the
 #             design shape left out), SEED_JOBS processes at a time
 #   sanitize  every GPU test under compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #             (ctest label gpu-sanitize)
@@ -19,7 +19,8 @@
 #                              unpacked by `bash bench/gpu/pack.sh --unpack`
 #   OUT       [BUILD_DIR/gpu_out]  logs and JSON
 #   CI_SEED   [20261129]       RC_PARAMS seed of the suites phase (the one CI uses)
-#   SEEDS     [20]             seeds 1..SEEDS in the seeds phase
+#   SEEDS     [20]             seeds SEED_FIRST..SEEDS in the seeds phase
+#   SEED_FIRST [1]             the first seed of the seeds phase
 #   SEED_JOBS [6]              seeds phase: processes at a time per suite
 #   JOBS      [$(nproc)]       ctest -j for suites, sanitize and long
 #   BENCH_ARGS []              extra arguments to both benchmarks (e.g. --benchmark_filter=Forward)
@@ -32,6 +33,7 @@ BUILD_DIR=$(realpath -m "$BUILD_DIR_ARG")
 OUT=$(realpath -m "${OUT:-$BUILD_DIR/gpu_out}")
 CI_SEED=${CI_SEED:-20261129}
 SEEDS=${SEEDS:-20}
+SEED_FIRST=${SEED_FIRST:-1}
 SEED_JOBS=${SEED_JOBS:-6}
 JOBS=${JOBS:-$(nproc)}
 [ -d "$BUILD_DIR/property_tests" ] || { echo "run.sh: $BUILD_DIR/property_tests does not exist (BUILD_DIR)" >&2; exit 2; }
@@ -67,11 +69,11 @@ phase_suites() {
 phase_seeds() {
   local t
   for t in $(gpu_suites); do
-    seq 1 "$SEEDS" | xargs -P "$SEED_JOBS" -I{} sh -c "RC_PARAMS='seed={} max_success=4' \
+    seq "$SEED_FIRST" "$SEEDS" | xargs -P "$SEED_JOBS" -I{} sh -c "RC_PARAMS='seed={} max_success=4' \
       '$BUILD_DIR/property_tests/$t' --gtest_color=no --gtest_filter='-*AccuracyAtDesign*' \
       > '$OUT/seed_${t}_{}.log' 2>&1; echo $t seed {} rc=\$?"
   done > "$OUT/seeds.txt"
-  for t in $(gpu_suites); do note "seeds $t: $(grep "^$t " "$OUT/seeds.txt" | grep -c 'rc=0$') of $SEEDS pass"; done
+  for t in $(gpu_suites); do note "seeds $t: $(grep "^$t " "$OUT/seeds.txt" | grep -c 'rc=0$') of seeds $SEED_FIRST..$SEEDS pass"; done
   if grep -v 'rc=0$' "$OUT/seeds.txt"; then failed=1; fi
   grep -h -B2 -A6 "Falsifiable\|Failure" "$OUT"/seed_*.log 2>/dev/null | cut -c1-240 | head -40
 }

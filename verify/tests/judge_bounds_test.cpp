@@ -263,6 +263,47 @@ TEST(JudgeTerms, ProbabilisticMultiplierAndWyTerms) {
   EXPECT_TRUE(judge(c, r).agrees());
 }
 
+// The gate's gradient as a chunk kernel forms it (proofs/kernel_error_bounds.md §7): one token of Gated
+// DeltaNet, no h0, DK = DV = 1, fp32 inputs. The exact dg is 0 (the gate scales S_0 = 0), but a chunk
+// kernel forms it as ⟨q, dq⟩ − ⟨k, dk⟩ with dq = ds·k, dk = ds·q, ds = do·βv (fla's chunk_bwd_dqkwg),
+// each rounded in fp32: their difference is a rounding, not 0. The bound carries ε times the terms'
+// magnitudes, ε(|q| M_dq + 2|k| M_dk) here (the key term once in dΓ and once in the chunk's end):
+//   M_dq = |βvk|·|do|,  M_dk = |β|(2|do q||v| + α|βvk|·|do q k|)  (g_mag = 2|do q|, gk_mag = 2|do q k|).
+// The honest value agrees; twice the term is caught, half of it is not.
+TEST(JudgeTerms, GateGradientFromCancellingTerms) {
+  KernelCase c;
+  c.op = Op::gated_delta, c.layout = Layout::bhld;
+  auto one = [](std::vector<Index> shape, double x) {
+    HostTensor t;
+    t.shape = std::move(shape), t.dtype = DType::f32, t.values = {x};
+    return t;
+  };
+  const float q = 0.3f, k = 0.7f, v = 0.3f, d_o = 0.7f, beta = 0.5f, g = -0.25f;
+  c.q = one({1, 1, 1, 1}, q), c.k = one({1, 1, 1, 1}, k), c.v = one({1, 1, 1, 1}, v);
+  c.beta = one({1, 1, 1}, beta), c.g = one({1, 1, 1}, g), c.d_o = one({1, 1, 1, 1}, d_o);
+  KernelResult r = oracle(c);
+  ASSERT_EQ(r.dg->values[0], 0.0);
+  r.o.reset(), r.ht.reset(), r.dq.reset(), r.dk.reset(), r.dv.reset(), r.dbeta.reset(), r.dh0.reset();
+  r.dg->dtype = DType::f64;
+  const float ds = d_o * (beta * v), dq = ds * k, dk = ds * q;
+  const float honest = q * dq - k * dk;
+  ASSERT_NE(honest, 0.0f);
+  auto gamma = [](double m, double unit) { return m * unit / (1 - m * unit); };
+  const double eps = std::pow(1 + 0x1p-24, 3) * (1 + gamma(75, 0x1p-23)) - 1 + gamma(18, 0x1p-53);
+  const double Q = q, K = k, V = v, D = d_o, a = std::exp(double(g)), b = beta, state = b * V * K;
+  const double m_dq = std::abs(state * D), m_dk = b * (2 * std::abs(D * Q * V) + a * state * std::abs(D * Q * K));
+  const double term = eps * (std::abs(Q) * m_dq + 2 * std::abs(K) * m_dk);
+  const Verdict clean = judge(c, r);
+  ASSERT_TRUE(clean.agrees()) << format_table(clean);
+  EXPECT_NEAR(clean.find("dg")->bound, term, 1e-9 * term);
+  r.dg->values[0] = honest;
+  EXPECT_TRUE(judge(c, r).agrees()) << format_table(judge(c, r));
+  r.dg->values[0] = 2 * term;
+  EXPECT_FALSE(judge(c, r).agrees());
+  r.dg->values[0] = 0.5 * term;
+  EXPECT_TRUE(judge(c, r).agrees());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The WY chunkwise algorithm as production kernels run it, emulated here: operands rounded to bf16,
 // products and sums in fp32, the running state in fp32 (or rounded to bf16 at every chunk's end).
