@@ -405,6 +405,30 @@ VectorD banded_score_sums(const MatrixD& q, const MatrixD& k, const VectorD& wei
   return out;
 }
 
+// The state a chunk holding token t carries to t, decayed as the chunk's cumulative gates weigh it
+// (e^{G_t} S_[c] + Σ_{s ≤ t} e^{G_t − G_s} v̄_s k_sᵀ), by magnitude, over every chunk start in the
+// window: start(t) = max_c ‖S_[c]‖ e^{P_t − P_{c−1}}, writes(t) = Σ_s ‖v̄_s‖‖k_s‖ e^{P_t − P_s} (P the
+// prefix sums of the log-gates), and growth(t) = max_{n ∈ [t, t + w)} e^{P_n − P_t} ≥ the decay from t
+// to the chunk's end (1 unless a gate exceeds 1).
+struct DecayedState {
+  VectorD start, writes, growth;
+};
+DecayedState decayed_state(const DeltaSweep& sw, const VectorD& log_gate, long w, bool gated) {
+  const Index L = sw.n_write.size();
+  VectorD P(L + 1);  // P(i + 1) = Σ_{j ≤ i} g_j
+  P(0) = 0;
+  for (Index i = 0; i < L; ++i) P(i + 1) = P(i) + (gated ? log_gate(i) : 0.0);
+  DecayedState d{VectorD::Zero(L), VectorD::Zero(L), VectorD::Ones(L)};
+  for (Index t = 0; t < L; ++t)
+    for (Index c = std::max<Index>(0, t - w + 1); c <= t; ++c) {
+      d.start(t) = std::max(d.start(t), sw.n_state(c) * std::exp(P(t + 1) - P(c)));
+      d.writes(t) += sw.n_write(c) * std::exp(P(t + 1) - P(c + 1));
+    }
+  for (Index t = 0; t < L; ++t)
+    for (Index n = t; n < std::min<Index>(L, t + w); ++n) d.growth(t) = std::max(d.growth(t), std::exp(P(n + 1) - P(t + 1)));
+  return d;
+}
+
 }  // namespace
 
 Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& sw, const WyMoments& wy, bool gradients,
@@ -458,6 +482,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
   // WY system's, terms of dk too), and at the chunk's end e^{G_n}⟨S_[c], dS_[c+1]⟩ + Σ_j ⟨k_j, dk_j⟩;
   // their roundings do not cancel, so the bound carries ε times their magnitudes
   // (proofs/kernel_error_bounds.md §7). At one token without h0, dg = 0 while ⟨q, dq⟩ is not.
+  const DecayedState gated_state = decayed_state(sw, in.log_gate, w, m.gated);
   VectorD dg_terms(L), gate_terms(L), key_terms(L);
   for (Index t = 0; t < L; ++t) {
     const double nk = k_norms(t), ndo = do_norms(t), a = alpha(t), b = std::abs(in.beta(t));
@@ -485,7 +510,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
     dg_terms(t) = a * (1 + b * nk * nk) * (sig_g * s_prev + sw.n_g(t) * sig_prev);
     const double dg_local = eps * a * s_prev * sw.n_g(t) * (1 + b * nk * nk);  // one token's term of the chunk sum
     key_terms(t) = eps * nk * dk_mag;  // dG_t's terms: ⟨q_t, dq_t⟩ and ⟨k_t, dk_t⟩'s magnitudes
-    gate_terms(t) = dg_local + eps * q_norms(t) * dq_mag + key_terms(t);
+    gate_terms(t) = dg_local + eps * q_norms(t) * ndo * (gated_state.start(t) + gated_state.writes(t)) + key_terms(t);
     bd.dq(t, 0) = dq;
     bd.dk(t, 0) = dk;
     bd.dv(t, 0) = dv;
@@ -496,7 +521,7 @@ Bounds delta_bounds(const UnitInputs& in, const Truth& truth, const DeltaSweep& 
     // chunk receives the chunk's end terms: ⟨S_[c], G_[c+1]⟩ and Σ_j ⟨k_j, dk_j⟩ over a window each side.
     const VectorD chunk_keys = window_sums(key_terms, w, false) + window_sums(key_terms, w, true) - key_terms;
     bd.dg.col(0) = dg_terms + window_sums(gate_terms, w, true) + chunk_keys;
-    for (Index t = 0; t < L; ++t) bd.dg(t, 0) += eps * near_state(t) * g_mag(t);
+    for (Index t = 0; t < L; ++t) bd.dg(t, 0) += eps * gated_state.start(t) * gated_state.growth(t) * g_mag(t);
   }
   // Through scale and the in-kernel normalisation (rows of q, k): ‖J‖₂ ≤ |s|·r.
   bd.dq *= std::abs(scale);
