@@ -1,6 +1,7 @@
 // Linear attention kernels on the GPU (the performance targets): chunkwise forward and
-// backward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}, and decode of one token at
-// B=64, H=16, D=128 with an fp32 state. Timing: CUDA events around each launch (UseManualTime),
+// backward at bf16, B=8, H=16, L=4096, DK=DV=128 for C ∈ {16, 32, 64}; the forward at long context with
+// few heads (B=1, H ∈ {2, 4, 8, 16}, L ∈ {2^16, 2^18, 2^20}), one walk against segments; and decode of one
+// token at B=64, H=16, D=128 with an fp32 state. Timing: CUDA events around each launch (UseManualTime),
 // 60 repetitions of one launch each, median reported; two input sets alternate so that a launch
 // never finds its inputs in L2 (each set is far larger than the 50 MB L2 anyway).
 #include "bench/cuda_bench_support.hpp"
@@ -76,6 +77,28 @@ void BM_LinearAttentionBackward(benchmark::State& state) {
   state.counters["FLOPs"] = benchmark::Counter(3 * forward_flops(C), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Long context with few heads: B = 1, D = 128, C = 64, H heads, 2^log2L tokens, the forward as one walk per
+// sequence (segments = 1) or over the segments the launcher chooses (0). One input set, sized for the largest
+// shape (16 GiB of bf16 q, k, v, o): at these lengths no input stays in L2 between launches.
+void BM_LinearAttentionLongForward(benchmark::State& state) {
+  const int H = static_cast<int>(state.range(0)), L = 1 << state.range(1), segments = static_cast<int>(state.range(2));
+  constexpr int kMaxHeads = 16, kMaxLength = 1 << 20;
+  static void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  if (!q) {
+    const std::size_t n = std::size_t{kMaxHeads} * kMaxLength * kDim;
+    q = device_bf16(n, 0.022f, 0.088f, true, 601), k = device_bf16(n, 0.022f, 0.088f, true, 602);
+    v = device_bf16(n, 0.25f, 1.f, true, 603), o = device_bf16(n, 0.25f, 1.f, true, 604);
+  }
+  time_launches(state, 1, [&](int) {
+    kla::ForwardParams p;
+    p.dtype = DType::bf16, p.batch = 1, p.heads = H, p.length = L, p.key_dim = kDim, p.value_dim = kDim;
+    p.chunk_size = 64, p.q = q, p.k = k, p.v = v, p.output = o, p.segments = segments;
+    kla::set_contiguous_strides(p);
+    kla::forward(p);
+  });
+  state.counters["bytes"] = benchmark::Counter(4.0 * H * L * kDim * 2, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // queued: timed with the launch queued ahead of the clock (time_launches), the GPU's time alone.
 void decode_benchmark(benchmark::State& state, bool queued) {
   const int B = static_cast<int>(state.range(0)), T = static_cast<int>(state.range(1));
@@ -109,6 +132,9 @@ BENCHMARK(BM_LinearAttentionForward)->ArgNames({"C"})->Arg(16)->Arg(32)->Arg(64)
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 BENCHMARK(BM_LinearAttentionBackward)->ArgNames({"C"})->Arg(16)->Arg(32)->Arg(64)
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
+BENCHMARK(BM_LinearAttentionLongForward)->ArgNames({"H", "log2L", "segments"})
+    ->ArgsProduct({{2, 4, 8, 16}, {16, 18, 20}, {1, 0}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(10)->ReportAggregatesOnly(true);
 BENCHMARK(BM_LinearAttentionDecode)->ArgNames({"B", "T"})->Args({kDecodeBatch, 1})
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true);
 BENCHMARK(BM_LinearAttentionDecodeQueued)->ArgNames({"B", "T"})->Args({kDecodeBatch, 1})

@@ -6,6 +6,8 @@
 #include "cuda/arguments.hpp"
 #include "cuda/linear_attention_kernels.cuh"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace deltaproof::cuda::linear_attention {
@@ -86,6 +88,12 @@ std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
 void validate(const ForwardParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
   require_chunk_size(p.chunk_size);
+  const std::string segments = "segments: " + std::to_string(p.segments);
+  if (p.segments < 0) throw std::invalid_argument(segments + " is negative (0 chooses, 1 walks each sequence once)");
+  if (p.segments > 1 && p.boundary_states)
+    throw std::invalid_argument(segments + " with boundary_states: the boundary states are one walk's (0 or 1)");
+  if (long(p.batch) * p.heads * p.segments > kMaxGridRows)
+    throw std::invalid_argument(segments + ": batch · heads · segments exceeds " + std::to_string(kMaxGridRows));
   const auto tensors = tensors_of(p);
   require_tensor_arguments(p.batch, p.heads, tensors);
   require_device_tensors(tensors);

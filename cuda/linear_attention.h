@@ -70,6 +70,12 @@ struct ForwardParams {
   // [B, H, N, DV, DK] packed, state dtype, N = ceil(L / C): S_[c] before chunk c. Null: not written
   // (it exists for tests; it costs a write of every state).
   void* boundary_states = nullptr;
+  // Each sequence walked as `segments` runs of ceil(L / segments) tokens at once (docs/context_parallel.md):
+  // the runs' sums Σ v kᵀ, their exclusive scan from S_0, then each run from its incoming state. 0 chooses
+  // from B·H, L and the GPU's SM count (one run unless the sequences leave half the GPU idle); 1 is one
+  // walk per sequence. Needs boundary_states null (0 then means 1); B·H·segments ≤ 65535. The runs'
+  // states (2·B·H·segments·DV·DK of the state dtype) come from the stream's memory pool.
+  int segments = 0;
 };
 
 struct BackwardParams {

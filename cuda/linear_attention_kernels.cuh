@@ -5,6 +5,7 @@
 
 #include "cuda/linear_attention_passes.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -96,8 +97,59 @@ struct TcLaunch {
   std::size_t shared_bytes;
 };
 TcLaunch tensor_core_launch(const Pass& p, bool fused_dk_dv) {
-  const unsigned heads = unsigned(p.batch * p.heads);
-  return {dim3(1, heads), kTcThreads, fused_dk_dv ? TcLayout::bytes : TcForwardLayout::bytes};
+  const unsigned sequences = unsigned(p.batch * p.heads * p.segments);
+  return {dim3(1, sequences), kTcThreads, fused_dk_dv ? TcLayout::bytes : TcForwardLayout::bytes};
+}
+
+// ---------------------------------------------------------------------------------------
+// A pass over segments (docs/context_parallel.md, one GPU): R walks per sequence instead of one, for
+// sequences too few to fill the GPU. Three launches: the segments' sums (the pass with no output and no
+// initial state, every segment's final state kept: Σ v kᵀ over its tokens), their exclusive scan from S_0
+// in the pass's direction, then the pass itself from each segment's incoming state. `sums` and
+// `incoming` each hold B·H·R states of the pass (rows × cols, the accumulation type), packed.
+
+constexpr long kMaxGridRows = 65535;  // gridDim.y: B·H·R blocks rows
+
+struct Segmentation {
+  int segments = 1, length = 0;  // `segments` runs of `length` tokens (the last ones shorter or empty)
+};
+
+// `requested` segments of ceil(L / requested) tokens; 0: chosen for a GPU with `slots` blocks resident at
+// once, each sequence taking `blocks_per_sequence`: one segment while the sequences fill half the GPU,
+// else enough to fill it, each at least 8 chunks long and a whole number of chunks.
+Segmentation choose_segments(int requested, int sequences, int length, int chunk, int blocks_per_sequence, int slots) {
+  if (requested > 0) return {requested, requested == 1 ? length : (length + requested - 1) / requested};
+  const long busy = long(sequences) * blocks_per_sequence;
+  const long by_width = busy > 0 ? slots / busy : 1, by_length = length / (8L * chunk);
+  const long by_grid = sequences > 0 ? kMaxGridRows / sequences : 1;
+  const long segments = std::min({by_width, by_length, by_grid});
+  if (2 * busy > slots || segments < 2) return {1, length};
+  const long per = (length + segments - 1) / segments, rounded = (per + chunk - 1) / chunk * chunk;
+  return {int((length + rounded - 1) / rounded), int(rounded)};
+}
+
+struct SegmentedPass {
+  Pass sums, pass;
+  SegmentScan scan;
+};
+SegmentedPass segmented_pass(const Pass& p, Segmentation seg, void* sums, void* incoming) {
+  const std::int64_t per = std::int64_t(p.value_dim) * p.key_dim, R = seg.segments;
+  SegmentedPass s{p, p, {}};
+  for (Pass* x : {&s.sums, &s.pass}) x->segments = seg.segments, x->segment_length = seg.length, x->boundary = nullptr;
+  s.sums.out = nullptr, s.sums.s0 = nullptr;
+  s.sums.s_final = sums;
+  s.sums.sf_b = p.heads * R * per, s.sums.sf_h = R * per, s.sums.sf_r = p.key_dim, s.sums.sf_c = 1, s.sums.sf_seg = per;
+  s.scan = {sums, incoming, p.s0, p.s0_b, p.s0_h, p.s0_r, p.s0_c, p.batch, p.heads, seg.segments, p.value_dim, p.key_dim,
+            p.reversed};
+  s.pass.s0 = incoming;
+  s.pass.s0_b = p.heads * R * per, s.pass.s0_h = R * per, s.pass.s0_r = p.key_dim, s.pass.s0_c = 1, s.pass.s0_seg = per;
+  s.pass.sf_seg = 0;  // the pass's last segment writes the final state
+  return s;
+}
+
+unsigned scan_blocks(const SegmentScan& s) {
+  const std::int64_t entries = std::int64_t(s.batch) * s.heads * s.rows * s.cols;
+  return unsigned((entries + kScanThreads - 1) / kScanThreads);
 }
 
 // The CPU emulation (property_tests/linear_attention_cpu_emulation_test.cpp) runs the kernels above through the
@@ -115,7 +167,7 @@ void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_
 
 template <class T, class A, class Policy>
 void run_generic(const Pass& p, cudaStream_t stream) {
-  const dim3 grid((p.value_dim + kGenericTileV - 1) / kGenericTileV, p.batch * p.heads);
+  const dim3 grid((p.value_dim + kGenericTileV - 1) / kGenericTileV, p.batch * p.heads * p.segments);
   const std::size_t smem = generic_smem_bytes<A>(p.key_dim, p.chunk_size);
   switch (p.chunk_size) {
     case 16: launch(pass_generic<T, A, 16, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=16>"); break;
@@ -167,11 +219,50 @@ void run_pass(const Pass& p, DType dtype, bool vec, cudaStream_t stream) {
   }
 }
 
+template <class Policy>
+void run_scan(const SegmentScan& s, DType dtype, cudaStream_t stream) {
+  if (dtype == DType::f64) segment_scan_kernel<double, Policy><<<scan_blocks(s), kScanThreads, 0, stream>>>(s);
+  else segment_scan_kernel<float, Policy><<<scan_blocks(s), kScanThreads, 0, stream>>>(s);
+  check_launch("linear_attention segment_scan_kernel");
+}
+
+// The segments of a pass on this device (SM count) when `requested` is 0.
+Segmentation segmentation_on_device(const Pass& p, DType dtype, int requested) {
+  if (p.boundary) return {1, p.length};  // validated: boundary states take one segment
+  if (requested > 0) return choose_segments(requested, p.batch * p.heads, p.length, p.chunk_size, 1, 1);
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const bool tc = tensor_core_pass(dtype, p.key_dim, p.value_dim);
+  // A tensor-core block fills an SM; the generic kernel's blocks (one per 32 value columns) fit about two.
+  const int blocks = tc ? 1 : (p.value_dim + kGenericTileV - 1) / kGenericTileV;
+  return choose_segments(0, p.batch * p.heads, p.length, p.chunk_size, blocks, tc ? sms : 2 * sms);
+}
+
+template <class Policy>
+void run_segmented(const Pass& p, Segmentation seg, DType dtype, bool vec, cudaStream_t stream) {
+  const std::size_t state_bytes = dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  const std::size_t bytes = state_bytes * std::size_t(p.batch) * p.heads * seg.segments * p.value_dim * p.key_dim;
+  void* buffers = nullptr;
+  check(cudaMallocAsync(&buffers, 2 * bytes, stream), "cudaMallocAsync for the segments' states");
+  struct Release {  // stream-ordered, also when a launch throws
+    void* memory;
+    cudaStream_t stream;
+    ~Release() { cudaFreeAsync(memory, stream); }
+  } release{buffers, stream};
+  const SegmentedPass s = segmented_pass(p, seg, buffers, static_cast<char*>(buffers) + bytes);
+  run_pass<Policy>(s.sums, dtype, vec, stream);
+  run_scan<Policy>(s.scan, dtype, stream);
+  run_pass<Policy>(s.pass, dtype, vec, stream);
+}
+
 // The launches of forward(), backward() and decode() after validation.
 template <class Policy>
 void launch_forward(const ForwardParams& fp, cudaStream_t stream) {
   const ForwardPass f = forward_pass(fp);
-  run_pass<Policy>(f.pass, fp.dtype, f.vec, stream);
+  const Segmentation seg = segmentation_on_device(f.pass, fp.dtype, fp.segments);
+  if (seg.segments == 1) run_pass<Policy>(f.pass, fp.dtype, f.vec, stream);
+  else run_segmented<Policy>(f.pass, seg, fp.dtype, f.vec, stream);
 }
 
 template <class Policy>

@@ -41,6 +41,7 @@ struct Faithful {
   static constexpr bool reads_initial_state = true;         // S_0, and dS_L in the backward's passes
   static constexpr bool splits_operands = true;             // S and P enter tensor cores as bf16 hi + lo
   static constexpr bool decode_reads_updated_state = true;  // o_t = S_t q_t
+  static constexpr bool exclusive_segment_scan = true;      // a segment starts from the sums before it
 };
 
 
@@ -69,6 +70,12 @@ struct Pass {
   void* boundary;  // packed [B, H, N, value_dim, key_dim], or null
   int batch, heads, length, key_dim, value_dim, chunk_size;
   bool reversed;
+  // A pass over segments (docs/context_parallel.md): each sequence's tokens cut into `segments` runs of
+  // `segment_length` (the last ones shorter, or empty), a block row each: blockIdx.y = (b·heads + h)·segments + r.
+  // Segment r starts from s0 + r·s0_seg (the pass's strides within it); it writes its final state at
+  // s_final + r·sf_seg, or, with sf_seg = 0, only the pass's last segment writes s_final. out null: no output.
+  int segments = 1, segment_length = 0;
+  std::int64_t s0_seg = 0, sf_seg = 0;
 };
 
 template <class Policy>
@@ -79,6 +86,57 @@ __device__ __forceinline__ int chunks_of(const Pass& p) {
 }
 
 __device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
+
+// The block's sequence (b, h) and its pass: for a pass over segments, the pass narrowed to segment r
+// (its tokens, its initial and final states), so the kernels walk a segment as they walk a sequence.
+template <class T, class A>
+__device__ __forceinline__ Pass block_sequence(Pass p, int& b, int& h) {
+  const int bh = blockIdx.y / p.segments, r = blockIdx.y % p.segments;
+  b = bh / p.heads, h = bh % p.heads;
+  if (p.segments == 1) return p;
+  const std::int64_t first = std::int64_t(r) * p.segment_length;
+  p.q = static_cast<const T*>(p.q) + first * p.q_s.row;
+  p.k = static_cast<const T*>(p.k) + first * p.k_s.row;
+  p.v = static_cast<const T*>(p.v) + first * p.v_s.row;
+  if (p.out) p.out = static_cast<T*>(p.out) + first * p.out_s.row;
+  const std::int64_t left = p.length - first;  // ≤ 0: an empty segment past the sequence's end
+  p.length = left <= 0 ? 0 : left < p.segment_length ? int(left) : p.segment_length;
+  if (p.s0) p.s0 = static_cast<const A*>(p.s0) + r * p.s0_seg;
+  if (p.sf_seg) p.s_final = static_cast<A*>(p.s_final) + r * p.sf_seg;
+  else if (r != (p.reversed ? 0 : p.segments - 1)) p.s_final = nullptr;
+  return p;
+}
+
+// Segment sums' exclusive scan in a pass's direction: incoming[r] = S_0 + Σ of the sums of the segments the
+// pass walks before r, one thread per state entry, the segments added in the pass's order. (A chain of R
+// additions an entry: the entries are the parallelism; a log-depth scan would round the same sums otherwise.)
+struct SegmentScan {
+  const void* sums;  // [B, H, R, rows, cols] packed
+  void* incoming;    // [B, H, R, rows, cols] packed
+  const void* s0; std::int64_t s0_b, s0_h, s0_r, s0_c;  // the pass's S_0, or null
+  int batch, heads, segments, rows, cols;
+  bool reversed;
+};
+constexpr int kScanThreads = 256;
+
+template <class A, class Policy>
+__global__ void __launch_bounds__(kScanThreads) segment_scan_kernel(SegmentScan s) {
+  const std::int64_t per = std::int64_t(s.rows) * s.cols;
+  const std::int64_t e = std::int64_t(blockIdx.x) * kScanThreads + threadIdx.x;
+  if (e >= std::int64_t(s.batch) * s.heads * per) return;
+  const std::int64_t bh = e / per, rc = e % per;
+  const int b = int(bh / s.heads), h = int(bh % s.heads), row = int(rc / s.cols), col = int(rc % s.cols);
+  A acc = s.s0 && Policy::reads_initial_state ? static_cast<const A*>(s.s0)[b * s.s0_b + h * s.s0_h + row * s.s0_r + col * s.s0_c]
+                                              : A(0);
+  const A* sums = static_cast<const A*>(s.sums) + bh * s.segments * per + rc;
+  A* incoming = static_cast<A*>(s.incoming) + bh * s.segments * per + rc;
+  for (int i = 0; i < s.segments; ++i) {
+    const int r = s.reversed ? s.segments - 1 - i : i;
+    if (Policy::exclusive_segment_scan) incoming[r * per] = acc;
+    acc += sums[r * per];
+    if (!Policy::exclusive_segment_scan) incoming[r * per] = acc;
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 // Generic pass: any dtype, key_dim ≤ 256, any value_dim; CUDA cores, accumulation in A.
@@ -96,11 +154,13 @@ std::size_t generic_smem_bytes(int key_dim, int chunk) {
 }
 
 template <class T, class A, int C, class Policy>
-__global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
+__global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass pass) {
   constexpr int TV = kGenericTileV, KS = kGenericSlab, NT = kGenericThreads;
   constexpr int kOutPerThread = C * TV / NT, kScorePerThread = (C * C + NT - 1) / NT;
   const int tid = threadIdx.x;
-  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  int b, h;
+  const Pass p = block_sequence<T, A>(pass, b, h);
+  const bool outputs = p.out != nullptr;  // a segment-sum pass computes the state alone
   const int v0 = blockIdx.x * TV;
   const int K = p.key_dim, V = p.value_dim, L = p.length, Kp = K + 1;
 
@@ -114,7 +174,7 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
   const T* q = static_cast<const T*>(p.q) + b * p.q_s.batch + h * p.q_s.head;
   const T* k = static_cast<const T*>(p.k) + b * p.k_s.batch + h * p.k_s.head;
   const T* v = static_cast<const T*>(p.v) + b * p.v_s.batch + h * p.v_s.head;
-  T* out = static_cast<T*>(p.out) + b * p.out_s.batch + h * p.out_s.head;
+  T* out = outputs ? static_cast<T*>(p.out) + b * p.out_s.batch + h * p.out_s.head : nullptr;
 
   for (int e = tid; e < TV * K; e += NT) {
     const int r = e / K, c = e % K;
@@ -145,14 +205,16 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
         Ks[i * (KS + 1) + kk] = in ? to_acc<A>(k[row * p.k_s.row + s0 + kk]) : A(0);
       }
       __syncthreads();
-      for (int r = 0; r < kScorePerThread; ++r) {
-        const int idx = tid + r * NT, i = idx / C, j = idx % C;
-        if (idx < C * C && Policy::in_causal_mask(i, j))
-          for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
-      }
-      for (int r = 0; r < kOutPerThread; ++r) {
-        const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
-        for (int kk = 0; kk < width; ++kk) out_acc[r] = fma(Qs[i * (KS + 1) + kk], S[c * Kp + s0 + kk], out_acc[r]);
+      if (outputs) {
+        for (int r = 0; r < kScorePerThread; ++r) {
+          const int idx = tid + r * NT, i = idx / C, j = idx % C;
+          if (idx < C * C && Policy::in_causal_mask(i, j))
+            for (int kk = 0; kk < width; ++kk) score_acc[r] = fma(Qs[i * (KS + 1) + kk], Ks[j * (KS + 1) + kk], score_acc[r]);
+        }
+        for (int r = 0; r < kOutPerThread; ++r) {
+          const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+          for (int kk = 0; kk < width; ++kk) out_acc[r] = fma(Qs[i * (KS + 1) + kk], S[c * Kp + s0 + kk], out_acc[r]);
+        }
       }
       __syncthreads();  // Q Sᵀ has read this slab of S: now it may change
       for (int e = tid; e < TV * KS; e += NT) {
@@ -165,15 +227,17 @@ __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass p) {
         S[c * Kp + s0 + kk] = s;
       }
     }
-    for (int r = 0; r < kScorePerThread; ++r) {
-      const int idx = tid + r * NT;
-      if (idx < C * C) As[idx] = Policy::in_causal_mask(idx / C, idx % C) ? score_acc[r] : A(0);
-    }
-    __syncthreads();
-    for (int r = 0; r < kOutPerThread; ++r) {
-      const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
-      for (int j = 0; j <= i; ++j) out_acc[r] = fma(As[i * C + j], Vt[j * TV + c], out_acc[r]);
-      if (i < cn && v0 + c < V) out[token_row(p, t0 + i) * p.out_s.row + v0 + c] = from_acc<T>(out_acc[r]);
+    if (outputs) {
+      for (int r = 0; r < kScorePerThread; ++r) {
+        const int idx = tid + r * NT;
+        if (idx < C * C) As[idx] = Policy::in_causal_mask(idx / C, idx % C) ? score_acc[r] : A(0);
+      }
+      __syncthreads();
+      for (int r = 0; r < kOutPerThread; ++r) {
+        const int idx = tid + r * NT, i = idx / TV, c = idx % TV;
+        for (int j = 0; j <= i; ++j) out_acc[r] = fma(As[i * C + j], Vt[j * TV + c], out_acc[r]);
+        if (i < cn && v0 + c < V) out[token_row(p, t0 + i) * p.out_s.row + v0 + c] = from_acc<T>(out_acc[r]);
+      }
     }
     __syncthreads();  // Vt and As are rewritten by the next chunk
   }
@@ -556,7 +620,7 @@ struct TcForwardLayout {
 static_assert(TcForwardLayout::bytes <= 227 * 1024, "the forward pass must fit one SM's shared memory");
 
 template <int C, class Policy>
-__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p, bool vec) {
+__global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass pass, bool vec) {
   constexpr int kBlocks = C / 16, kTokenTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Phi = reinterpret_cast<bf16*>(smem + TcForwardLayout::phi);  // [64][kTcPLd] masked scores
@@ -567,7 +631,9 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
   const unsigned smem_base = smem_address(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  int b, h;
+  const Pass p = block_sequence<bf16, float>(pass, b, h);
+  const bool outputs = p.out != nullptr;  // a segment-sum pass computes the state alone
   const int K = p.key_dim, V = p.value_dim, L = p.length;
   const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
   const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;
@@ -580,7 +646,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
   const auto tile = [&](int n, int which) { return tiles + ((n % 2) * 3 + which) * 64 * kTcLd; };
   const auto copy_chunk = [&](int n) {  // chunk n into buffer n % 2, one commit group
     const int t0 = n * C, cn = min(C, L - t0);
-    load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
+    if (outputs) load_tile(tile(n, 0), p.q, p.q_s, b, h, p, t0, cn, K, vec);
     load_tile(tile(n, 1), p.k, p.k_s, b, h, p, t0, cn, K, vec);
     load_tile(tile(n, 2), p.v, p.v_s, b, h, p, t0, cn, V, vec);
     copy_async_commit();
@@ -606,7 +672,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
     // group jj computes block (row block, jj) alone, as its column groups are at least C / 16. (Formed here, not
     // kept from the kernel's start: kept, they cost 108 bytes of spills at C = 64.)
     static_assert(TcShape<C>::kColumnGroups >= kBlocks);
-    if (warp < kBlocks * (kBlocks + 1) / 2) {
+    if (outputs && warp < kBlocks * (kBlocks + 1) / 2) {
       const int rb = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
       tc_scores<C, Policy>(qt, kt, Phi, Plo, lo136, rb, warp - rb * (rb + 1) / 2, lane);
     }
@@ -614,17 +680,19 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
 #pragma unroll
     for (int n = 0; n < kTokenTiles; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
     const unsigned q_rows = qt + lo136.b + state_key0 * 2;
+    if (outputs) {
 #pragma unroll
-    for (int kk = 0; kk < kTcStateKeys / 16; ++kk) {
-      unsigned ah[4], al[4], bq[kBlocks][4];
+      for (int kk = 0; kk < kTcStateKeys / 16; ++kk) {
+        unsigned ah[4], al[4], bq[kBlocks][4];
 #pragma unroll
-      for (int m = 0; m < kBlocks; ++m) ldmatrix_x4(bq[m], q_rows + (16 * m * kTcLd + 16 * kk) * 2);
-      split_operand<Policy>(S[2 * kk][0], S[2 * kk][1], ah[0], al[0]);
-      split_operand<Policy>(S[2 * kk][2], S[2 * kk][3], ah[1], al[1]);
-      split_operand<Policy>(S[2 * kk + 1][0], S[2 * kk + 1][1], ah[2], al[2]);
-      split_operand<Policy>(S[2 * kk + 1][2], S[2 * kk + 1][3], ah[3], al[3]);
-      mma_row(O, ah, bq);
-      mma_row(O, al, bq);
+        for (int m = 0; m < kBlocks; ++m) ldmatrix_x4(bq[m], q_rows + (16 * m * kTcLd + 16 * kk) * 2);
+        split_operand<Policy>(S[2 * kk][0], S[2 * kk][1], ah[0], al[0]);
+        split_operand<Policy>(S[2 * kk][2], S[2 * kk][3], ah[1], al[1]);
+        split_operand<Policy>(S[2 * kk + 1][0], S[2 * kk + 1][1], ah[2], al[2]);
+        split_operand<Policy>(S[2 * kk + 1][2], S[2 * kk + 1][3], ah[3], al[3]);
+        mma_row(O, ah, bq);
+        mma_row(O, al, bq);
+      }
     }
     const unsigned v_rows = vt + lo136.a_trans + state_rows * 2, k_cols = kt + lo136.b_trans + state_key0 * 2;
 #pragma unroll
@@ -636,6 +704,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
       for (int n = 0; n < kTcStateKeys / 8; n += 2) ldmatrix_x4_trans(bk[n / 2], k_cols + (jj * 16 * kTcLd + 8 * n) * 2);
       mma_row(S, a, bk);
     }
+    if (!outputs) continue;  // the next chunk's first barrier orders the tiles' reuse
     __syncthreads();  // P is published
 
     // 3. Oᵀ += Vᵀ Pᵀ over the column blocks jj of P this key half takes (jj = 0, 3 and 1, 2 at C = 64: the

@@ -133,6 +133,23 @@ TEST(LinearAttentionGpu, ForwardMatchesOracleWithinRoundingBound) {
   EXPECT_TRUE(rc::check("chunkwise forward vs oracle", [] { DELTAPROOF_PROPERTY_OK(forward_failures(*gen_gpu_case())); }));
 }
 
+// The forward over R segments (sums, their exclusive scan, each segment from its incoming state), R ∈ {1, 2, 3,
+// 8, 13} on lengths that are mostly not multiples of R·C, some segments empty, judged as the one walk is.
+TEST(LinearAttentionGpu, SegmentedForwardMatchesOracleWithinRoundingBound) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(rc::check("segmented forward vs oracle", [] {
+    const CudaCase c = *gen_gpu_case({.max_length = 300});
+    const int segments = *rc::gen::element(1, 2, 3, 8, 13);
+    Kernels kernels;
+    kernels.forward = [segments](kla::ForwardParams p) {
+      p.segments = segments;
+      kla::forward(p);
+    };
+    RC_TAG(segments);
+    DELTAPROOF_PROPERTY_OK(failures(c.shape, [&] { return check_forward(c, false, kernels); }));
+  }));
+}
+
 TEST(LinearAttentionGpu, BackwardMatchesOracleWithinRoundingBound) {
   DELTAPROOF_REQUIRE_GPU();
   EXPECT_TRUE(rc::check("chunkwise backward vs oracle", [] {
@@ -328,6 +345,10 @@ TEST(LinearAttentionGpuArguments, RejectsBadSizesBeforeAnyCudaCall) {
   EXPECT_TRUE(starts_with(message([](auto& p) { p.q_strides.row = 32; }), "q_strides.row"));
   EXPECT_TRUE(starts_with(message([](auto& p) { p.output_strides.head = 10; }), "output_strides.head"));
   EXPECT_TRUE(starts_with(message([](auto& p) { p.dtype = static_cast<DType>(42); }), "dtype"));
+  EXPECT_TRUE(starts_with(message([](auto& p) { p.segments = -1; }), "segments"));
+  EXPECT_TRUE(starts_with(message([](auto& p) { p.segments = 2, p.boundary_states = &p; }), "segments"));
+  EXPECT_TRUE(starts_with(message([](auto& p) { p.batch = 2, p.heads = 2, p.segments = 20000; kla::set_contiguous_strides(p); }),
+                          "segments"));
 }
 
 TEST(LinearAttentionGpuArguments, RejectsNullPointersBeforeAnyCudaCall) {

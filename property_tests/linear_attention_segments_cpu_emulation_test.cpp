@@ -1,0 +1,162 @@
+// Linear attention's forward over segments (cuda/linear_attention_kernels.cuh: segmented_pass, docs/context_parallel.md)
+// executed on the CPU emulation of CUDA blocks: the segments' sums, their exclusive scan and the pass from each
+// segment's incoming state, on tensor cores (bf16) and on the generic pass (fp32), judged by the GPU suite's forward
+// verdict (the oracle on the exact values of the rounded inputs). R ∈ {1, 2, 3, 8, 13}, segment lengths that are
+// not multiples of C, empty segments, S_0 present and absent. One segment through the segment machinery gives the
+// one-walk pass's bits. Planted: an inclusive scan (a segment starting from its own sum) and a scan in the wrong
+// direction (the segments after it) are caught. NOT a GPU result (see support/cuda_emulation.hpp).
+#include "property_tests/support/cuda_emulation.hpp"
+#include "property_tests/support/emulation_suite.hpp"
+
+#include "cuda/linear_attention.h"
+#include "kernel_checks/linear_attention_kernel_checks.hpp"
+#include "verify/comparison.hpp"
+#include "verify/matrix_comparison.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace deltaproof::cuda::linear_attention {
+namespace {
+using std::min;
+DELTAPROOF_EMULATION_SHARED_MEMORY(smem);      // the tensor-core kernels' extern __shared__
+DELTAPROOF_EMULATION_SHARED_MEMORY(smem_raw);  // the generic pass's
+}  // namespace
+}  // namespace deltaproof::cuda::linear_attention
+
+#define DELTAPROOF_FORWARD_KERNELS linear_attention_segments_emulated
+#include "cuda/linear_attention_kernels.cuh"
+
+namespace deltaproof::emulation_suite {
+namespace {
+
+using verify::Comparison;
+namespace kla = deltaproof::cuda::linear_attention;
+namespace vl = deltaproof::verify::linear_attention;
+
+using Faithful = kla::Faithful;
+struct InclusiveScan : Faithful {  // a segment starts from the sums up to and including its own
+  static constexpr bool exclusive_segment_scan = false;
+};
+
+template <class F>
+void with_chunk(int chunk, F&& f) {
+  switch (chunk) {
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    default: f(std::integral_constant<int, 64>{}); break;
+  }
+}
+
+enum class Walk { one, segments, segments_scanned_backwards };
+
+// The forward of case c as the launcher runs it with `segments` (Walk::one: the one-walk pass alone), every
+// output read back (an entry never written throws), and the exact values of the rounded inputs.
+struct Emulated {
+  vl::KernelForward forward;
+  ref::linear_attention::BatchInputs<Exact> exact;
+};
+template <class Policy = Faithful>
+Emulated emulate(const vl::CudaCase& c, int segments, Walk walk, ThreadOrder order) {
+  const vl::CudaShape& s = c.shape;
+  const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
+  Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
+  Tensor s0;
+  if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
+  Tensor out("output", s.dtype, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
+  Tensor sums("segment_sums", DType::f32, B, H, segments * DV, DK), incoming("incoming", DType::f32, B, H, segments * DV, DK);
+
+  kla::ForwardParams fp;
+  fp.dtype = s.dtype, fp.batch = int(B), fp.heads = int(H), fp.length = int(L), fp.key_dim = int(DK), fp.value_dim = int(DV);
+  fp.chunk_size = int(s.chunk_size), fp.segments = segments;
+  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.output = out.data(), fp.final_state = final_state.data();
+  fp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
+  kla::set_contiguous_strides(fp);
+
+  with_chunk(fp.chunk_size, [&](auto chunk) {
+    constexpr int kC = decltype(chunk)::value;
+    const bool tc = kla::tensor_core_pass(s.dtype, int(DK), int(DV));
+    const auto run_pass = [&](const kla::Pass& p, bool vec) {
+      if (tc) {
+        const kla::TcLaunch l = kla::tensor_core_launch(p, false);
+        emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order}, kla::pass_tensor_core_forward<kC, Policy>,
+                          p, vec);
+      } else {
+        const dim3 grid(unsigned((DV + kla::kGenericTileV - 1) / kla::kGenericTileV), unsigned(B * H * p.segments));
+        emulation::launch({grid, dim3(kla::kGenericThreads), kla::generic_smem_bytes<float>(int(DK), kC), order},
+                          kla::pass_generic<float, float, kC, Policy>, p);
+      }
+    };
+    const kla::ForwardPass f = kla::forward_pass(fp);
+    if (walk == Walk::one) return run_pass(f.pass, f.vec);
+    const kla::Segmentation seg = kla::choose_segments(segments, int(B * H), int(L), kC, 1, 1);
+    kla::SegmentedPass sp = kla::segmented_pass(f.pass, seg, sums.data(), incoming.data());
+    if (walk == Walk::segments_scanned_backwards) sp.scan.reversed = !sp.scan.reversed;
+    run_pass(sp.sums, f.vec);
+    emulation::launch({dim3(kla::scan_blocks(sp.scan)), dim3(kla::kScanThreads), 0, order}, kla::segment_scan_kernel<float, Policy>,
+                      sp.scan);
+    run_pass(sp.pass, f.vec);
+  });
+
+  Emulated r;
+  r.forward = {read(out), read(final_state), {}};
+  r.exact = {read(q), read(k), read(v), std::nullopt};
+  if (c.inputs.initial_state) r.exact.initial_state = read(s0);
+  return r;
+}
+
+bool agrees(const vl::CudaCase& c, const Emulated& e, const std::string& label) {
+  const std::vector<Comparison> rows = vl::judge_forward(c.shape, e.exact, e.forward, false);
+  std::cout << label << "\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
+  return verify::all_agree(rows);
+}
+
+std::string label(const vl::CudaShape& s, int segments) { return vl::describe(s) + " segments=" + std::to_string(segments); }
+
+// bf16 on tensor cores and fp32 on the generic pass; lengths that no segment count divides into whole chunks.
+const vl::CudaShape kShapes[] = {
+    {1, 2, 100, 64, 32, 16, true, DType::bf16},
+    {1, 1, 70, 128, 128, 32, false, DType::bf16},
+    {2, 1, 45, 24, 40, 16, true, DType::f32},
+};
+
+TEST(LinearAttentionSegmentsCpuEmulation, SegmentsMatchOracle) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  std::uint64_t seed = 31;
+  for (const vl::CudaShape& s : kShapes)
+    for (int segments : {2, 3, 8, 13}) {
+      const vl::CudaCase c = vl::make_case(s, seed++);
+      const ThreadOrder order = segments % 2 ? ThreadOrder::shuffled : ThreadOrder::ascending;
+      EXPECT_TRUE(agrees(c, emulate(c, segments, Walk::segments, order), label(s, segments))) << label(s, segments);
+    }
+}
+
+// One segment through the segment machinery (its sum, the scan from S_0, the pass from S_0 + 0) gives the bits
+// of the one walk, which the launcher runs for segments = 1.
+TEST(LinearAttentionSegmentsCpuEmulation, OneSegmentIsTheOneWalkBitForBit) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  for (const vl::CudaShape& s : kShapes) {
+    const vl::CudaCase c = vl::make_case(s, 3);
+    const Emulated one = emulate(c, 1, Walk::one, ThreadOrder::ascending);
+    const Emulated segmented = emulate(c, 1, Walk::segments, ThreadOrder::ascending);
+    EXPECT_TRUE(one.forward.output.data == segmented.forward.output.data) << vl::describe(s);  // == over ℚ
+    EXPECT_TRUE(one.forward.final_state.data == segmented.forward.final_state.data) << vl::describe(s);
+  }
+}
+
+TEST(LinearAttentionSegmentsCpuEmulation, PlantedScanBugsAreCaught) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  for (const vl::CudaShape& s : kShapes) {
+    const vl::CudaCase c = vl::make_case(s, 5);
+    EXPECT_FALSE(agrees(c, emulate<InclusiveScan>(c, 3, Walk::segments, ThreadOrder::ascending), "planted: inclusive scan"))
+        << vl::describe(s);
+    EXPECT_FALSE(agrees(c, emulate(c, 3, Walk::segments_scanned_backwards, ThreadOrder::ascending), "planted: scan backwards"))
+        << vl::describe(s);
+  }
+}
+
+}  // namespace
+}  // namespace deltaproof::emulation_suite
