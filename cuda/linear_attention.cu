@@ -18,6 +18,13 @@ void require_shape(DType dtype, int batch, int heads, int length, const char* le
   require_sizes(batch, heads, length, length_name, key_dim, value_dim);
 }
 
+void require_segments(int batch, int heads, int segments) {
+  const std::string name = "segments: " + std::to_string(segments);
+  if (segments < 0) throw std::invalid_argument(name + " is negative (0 chooses, 1 walks each sequence once)");
+  if (long(batch) * heads * segments > kMaxGridRows)
+    throw std::invalid_argument(name + ": batch · heads · segments exceeds " + std::to_string(kMaxGridRows));
+}
+
 }  // namespace
 
 bool uses_tensor_cores(DType dtype, int key_dim, int value_dim) { return tensor_core_pass(dtype, key_dim, value_dim); }
@@ -88,12 +95,10 @@ std::vector<TensorArgument> tensors_of(const DecodeParams& p) {
 void validate(const ForwardParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
   require_chunk_size(p.chunk_size);
-  const std::string segments = "segments: " + std::to_string(p.segments);
-  if (p.segments < 0) throw std::invalid_argument(segments + " is negative (0 chooses, 1 walks each sequence once)");
+  require_segments(p.batch, p.heads, p.segments);
   if (p.segments > 1 && p.boundary_states)
-    throw std::invalid_argument(segments + " with boundary_states: the boundary states are one walk's (0 or 1)");
-  if (long(p.batch) * p.heads * p.segments > kMaxGridRows)
-    throw std::invalid_argument(segments + ": batch · heads · segments exceeds " + std::to_string(kMaxGridRows));
+    throw std::invalid_argument("segments: " + std::to_string(p.segments) +
+                                " with boundary_states: the boundary states are one walk's (0 or 1)");
   const auto tensors = tensors_of(p);
   require_tensor_arguments(p.batch, p.heads, tensors);
   require_device_tensors(tensors);
@@ -102,6 +107,7 @@ void validate(const ForwardParams& p) {
 void validate(const BackwardParams& p) {
   require_shape(p.dtype, p.batch, p.heads, p.length, "length", p.key_dim, p.value_dim);
   require_chunk_size(p.chunk_size);
+  require_segments(p.batch, p.heads, p.segments);
   const auto tensors = tensors_of(p);
   require_tensor_arguments(p.batch, p.heads, tensors);
   require_device_tensors(tensors);

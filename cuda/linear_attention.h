@@ -93,6 +93,9 @@ struct BackwardParams {
   const void* d_final_state = nullptr;    // [B, H, DV, DK]; null means dS_L = 0
   void* d_initial_state = nullptr;        // [B, H, DV, DK]; null: not written
   Strides initial_state_strides, d_final_state_strides, d_initial_state_strides;
+  // As ForwardParams::segments, for each of the three passes (the dK and dV passes, which walk from the end,
+  // scan the runs' sums from the end; on tensor cores they then run as two scans, not one fused scan).
+  int segments = 0;
 };
 
 struct DecodeParams {

@@ -117,7 +117,7 @@ struct Segmentation {
 // `requested` segments of ceil(L / requested) tokens; 0: chosen for a GPU with `slots` blocks resident at
 // once, each sequence taking `blocks_per_sequence`: one segment while the sequences fill half the GPU,
 // else enough to fill it, each at least 8 chunks long and a whole number of chunks.
-Segmentation choose_segments(int requested, int sequences, int length, int chunk, int blocks_per_sequence, int slots) {
+[[maybe_unused]] Segmentation choose_segments(int requested, int sequences, int length, int chunk, int blocks_per_sequence, int slots) {
   if (requested > 0) return {requested, requested == 1 ? length : (length + requested - 1) / requested};
   const long busy = long(sequences) * blocks_per_sequence;
   const long by_width = busy > 0 ? slots / busy : 1, by_length = length / (8L * chunk);
@@ -132,7 +132,7 @@ struct SegmentedPass {
   Pass sums, pass;
   SegmentScan scan;
 };
-SegmentedPass segmented_pass(const Pass& p, Segmentation seg, void* sums, void* incoming) {
+[[maybe_unused]] SegmentedPass segmented_pass(const Pass& p, Segmentation seg, void* sums, void* incoming) {
   const std::int64_t per = std::int64_t(p.value_dim) * p.key_dim, R = seg.segments;
   SegmentedPass s{p, p, {}};
   for (Pass* x : {&s.sums, &s.pass}) x->segments = seg.segments, x->segment_length = seg.length, x->boundary = nullptr;
@@ -147,7 +147,7 @@ SegmentedPass segmented_pass(const Pass& p, Segmentation seg, void* sums, void* 
   return s;
 }
 
-unsigned scan_blocks(const SegmentScan& s) {
+[[maybe_unused]] unsigned scan_blocks(const SegmentScan& s) {
   const std::int64_t entries = std::int64_t(s.batch) * s.heads * s.rows * s.cols;
   return unsigned((entries + kScanThreads - 1) / kScanThreads);
 }
@@ -268,6 +268,11 @@ void launch_forward(const ForwardParams& fp, cudaStream_t stream) {
 template <class Policy>
 void launch_backward(const BackwardParams& bp, cudaStream_t stream) {
   const BackwardPasses b = backward_passes(bp);
+  const Segmentation seg = segmentation_on_device(b.dq, bp.dtype, bp.segments);
+  if (seg.segments > 1) {  // the three passes over the same segments, the reversed ones scanned from the end
+    for (const Pass* p : {&b.dq, &b.dk, &b.dv}) run_segmented<Policy>(*p, seg, bp.dtype, b.vec, stream);
+    return;
+  }
   run_pass<Policy>(b.dq, bp.dtype, b.vec, stream);
   // On tensor cores both reversed passes run as one scan (same tiles, same G).
   if (tensor_core_pass(bp.dtype, bp.key_dim, bp.value_dim)) {

@@ -150,6 +150,22 @@ TEST(LinearAttentionGpu, SegmentedForwardMatchesOracleWithinRoundingBound) {
   }));
 }
 
+// The backward's three passes over R segments (the dK and dV passes scanning the runs' sums from the end).
+TEST(LinearAttentionGpu, SegmentedBackwardMatchesOracleWithinRoundingBound) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(rc::check("segmented backward vs oracle", [] {
+    const CudaCase c = *gen_gpu_case({.max_length = 200, .max_dim = 32});
+    const int segments = *rc::gen::element(1, 2, 3, 8, 13);
+    Kernels kernels;
+    kernels.backward = [segments](kla::BackwardParams p) {
+      p.segments = segments;
+      kla::backward(p);
+    };
+    RC_TAG(segments);
+    DELTAPROOF_PROPERTY_OK(backward_failures(c, kernels));
+  }));
+}
+
 TEST(LinearAttentionGpu, BackwardMatchesOracleWithinRoundingBound) {
   DELTAPROOF_REQUIRE_GPU();
   EXPECT_TRUE(rc::check("chunkwise backward vs oracle", [] {

@@ -1,10 +1,11 @@
 // Linear attention's forward over segments (cuda/linear_attention_kernels.cuh: segmented_pass, docs/context_parallel.md)
 // executed on the CPU emulation of CUDA blocks: the segments' sums, their exclusive scan and the pass from each
-// segment's incoming state, on tensor cores (bf16) and on the generic pass (fp32), judged by the GPU suite's forward
-// verdict (the oracle on the exact values of the rounded inputs). R ∈ {1, 2, 3, 8, 13}, segment lengths that are
-// not multiples of C, empty segments, S_0 present and absent. One segment through the segment machinery gives the
-// one-walk pass's bits. Planted: an inclusive scan (a segment starting from its own sum) and a scan in the wrong
-// direction (the segments after it) are caught. NOT a GPU result (see support/cuda_emulation.hpp).
+// segment's incoming state, on tensor cores (bf16) and on the generic pass (fp32), judged by the GPU suite's
+// verdicts (the oracle on the exact values of the rounded inputs); the backward's three passes likewise (dK and dV
+// scanned from the end). R ∈ {1, 2, 3, 8, 13}, segment lengths that are not multiples of C, empty segments, S_0
+// present and absent. One segment through the segment machinery gives the one-walk pass's bits. Planted: an
+// inclusive scan (a segment starting from its own sum) and a scan in the wrong direction (the segments after it)
+// are caught. NOT a GPU result (see support/cuda_emulation.hpp).
 #include "property_tests/support/cuda_emulation.hpp"
 #include "property_tests/support/emulation_suite.hpp"
 
@@ -15,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -53,6 +55,37 @@ void with_chunk(int chunk, F&& f) {
 
 enum class Walk { one, segments, segments_scanned_backwards };
 
+// One pass as the launcher runs it: on tensor cores (bf16, head dims ≤ 128) or the generic kernel (fp32).
+template <class Policy>
+void run_pass(const vl::CudaShape& s, const kla::Pass& p, bool vec, ThreadOrder order) {
+  with_chunk(int(s.chunk_size), [&](auto chunk) {
+    constexpr int kC = decltype(chunk)::value;
+    if (kla::tensor_core_pass(s.dtype, p.key_dim, p.value_dim)) {
+      const kla::TcLaunch l = kla::tensor_core_launch(p, false);
+      emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order}, kla::pass_tensor_core_forward<kC, Policy>, p,
+                        vec);
+    } else {
+      const dim3 grid(unsigned((p.value_dim + kla::kGenericTileV - 1) / kla::kGenericTileV), unsigned(p.batch * p.heads * p.segments));
+      emulation::launch({grid, dim3(kla::kGenericThreads), kla::generic_smem_bytes<float>(p.key_dim, kC), order},
+                        kla::pass_generic<float, float, kC, Policy>, p);
+    }
+  });
+}
+
+// The pass over `segments` as run_segmented launches it: the sums, their scan (planted: in the wrong direction),
+// the pass from each incoming state; `sums` and `incoming` hold B·H·R of the pass's states.
+template <class Policy>
+void run_segmented(const vl::CudaShape& s, const kla::Pass& p, bool vec, int segments, Tensor& sums, Tensor& incoming,
+                   ThreadOrder order, bool scan_backwards = false) {
+  const kla::Segmentation seg = kla::choose_segments(segments, p.batch * p.heads, p.length, p.chunk_size, 1, 1);
+  kla::SegmentedPass sp = kla::segmented_pass(p, seg, sums.data(), incoming.data());
+  if (scan_backwards) sp.scan.reversed = !sp.scan.reversed;
+  run_pass<Policy>(s, sp.sums, vec, order);
+  emulation::launch({dim3(kla::scan_blocks(sp.scan)), dim3(kla::kScanThreads), 0, order}, kla::segment_scan_kernel<float, Policy>,
+                    sp.scan);
+  run_pass<Policy>(s, sp.pass, vec, order);
+}
+
 // The forward of case c as the launcher runs it with `segments` (Walk::one: the one-walk pass alone), every
 // output read back (an entry never written throws), and the exact values of the rounded inputs.
 struct Emulated {
@@ -76,36 +109,43 @@ Emulated emulate(const vl::CudaCase& c, int segments, Walk walk, ThreadOrder ord
   fp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
   kla::set_contiguous_strides(fp);
 
-  with_chunk(fp.chunk_size, [&](auto chunk) {
-    constexpr int kC = decltype(chunk)::value;
-    const bool tc = kla::tensor_core_pass(s.dtype, int(DK), int(DV));
-    const auto run_pass = [&](const kla::Pass& p, bool vec) {
-      if (tc) {
-        const kla::TcLaunch l = kla::tensor_core_launch(p, false);
-        emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order}, kla::pass_tensor_core_forward<kC, Policy>,
-                          p, vec);
-      } else {
-        const dim3 grid(unsigned((DV + kla::kGenericTileV - 1) / kla::kGenericTileV), unsigned(B * H * p.segments));
-        emulation::launch({grid, dim3(kla::kGenericThreads), kla::generic_smem_bytes<float>(int(DK), kC), order},
-                          kla::pass_generic<float, float, kC, Policy>, p);
-      }
-    };
-    const kla::ForwardPass f = kla::forward_pass(fp);
-    if (walk == Walk::one) return run_pass(f.pass, f.vec);
-    const kla::Segmentation seg = kla::choose_segments(segments, int(B * H), int(L), kC, 1, 1);
-    kla::SegmentedPass sp = kla::segmented_pass(f.pass, seg, sums.data(), incoming.data());
-    if (walk == Walk::segments_scanned_backwards) sp.scan.reversed = !sp.scan.reversed;
-    run_pass(sp.sums, f.vec);
-    emulation::launch({dim3(kla::scan_blocks(sp.scan)), dim3(kla::kScanThreads), 0, order}, kla::segment_scan_kernel<float, Policy>,
-                      sp.scan);
-    run_pass(sp.pass, f.vec);
-  });
+  const kla::ForwardPass f = kla::forward_pass(fp);
+  if (walk == Walk::one) run_pass<Policy>(s, f.pass, f.vec, order);
+  else run_segmented<Policy>(s, f.pass, f.vec, segments, sums, incoming, order, walk == Walk::segments_scanned_backwards);
 
   Emulated r;
   r.forward = {read(out), read(final_state), {}};
   r.exact = {read(q), read(k), read(v), std::nullopt};
   if (c.inputs.initial_state) r.exact.initial_state = read(s0);
   return r;
+}
+
+// The backward's three passes, each over `segments` (the dK and dV passes scanned from the end), on tensor
+// cores as two scans where the one-walk launcher fuses them.
+ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase& c, int segments, ThreadOrder order) {
+  const vl::CudaShape& s = c.shape;
+  const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim, D = std::max(DK, DV);
+  Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
+  Tensor d_out = write("d_output", c.cotangents.d_output, s.dtype);
+  Tensor s0, d_sl;
+  if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
+  if (c.cotangents.d_final_state) d_sl = write("d_final_state", *c.cotangents.d_final_state, DType::f32);
+  Tensor dq("dq", s.dtype, B, H, L, DK), dk("dk", s.dtype, B, H, L, DK), dv("dv", s.dtype, B, H, L, DV),
+      ds0("d_initial_state", DType::f32, B, H, DV, DK);
+  kla::BackwardParams bp;
+  bp.dtype = s.dtype, bp.batch = int(B), bp.heads = int(H), bp.length = int(L), bp.key_dim = int(DK), bp.value_dim = int(DV);
+  bp.chunk_size = int(s.chunk_size), bp.segments = segments;
+  bp.q = q.data(), bp.k = k.data(), bp.v = v.data(), bp.d_output = d_out.data();
+  bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data(), bp.d_initial_state = ds0.data();
+  bp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
+  bp.d_final_state = c.cotangents.d_final_state ? d_sl.data() : nullptr;
+  kla::set_contiguous_strides(bp);
+  const kla::BackwardPasses b = kla::backward_passes(bp);
+  for (const kla::Pass* p : {&b.dq, &b.dk, &b.dv}) {
+    Tensor sums("segment_sums", DType::f32, B, H, segments * D, D), incoming("incoming", DType::f32, B, H, segments * D, D);
+    run_segmented<Faithful>(s, *p, b.vec, segments, sums, incoming, order);
+  }
+  return {read(dq), read(dk), read(dv), read(ds0)};
 }
 
 bool agrees(const vl::CudaCase& c, const Emulated& e, const std::string& label) {
@@ -145,6 +185,25 @@ TEST(LinearAttentionSegmentsCpuEmulation, OneSegmentIsTheOneWalkBitForBit) {
     EXPECT_TRUE(one.forward.output.data == segmented.forward.output.data) << vl::describe(s);  // == over ℚ
     EXPECT_TRUE(one.forward.final_state.data == segmented.forward.final_state.data) << vl::describe(s);
   }
+}
+
+TEST(LinearAttentionSegmentsCpuEmulation, SegmentedBackwardMatchesOracle) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  std::uint64_t seed = 71;
+  for (const vl::CudaShape& s : kShapes)
+    for (int segments : {1, 3, 8}) {
+      const vl::CudaCase c = vl::make_case(s, seed++);
+      const auto gradients = emulate_backward(c, segments, ThreadOrder::shuffled);
+      const auto exact = [&](const Tensor4<Exact>& x, DType dtype) { return read(write("exact", x, dtype)); };  // as rounded
+      ref::linear_attention::BatchInputs<Exact> in{exact(c.inputs.q, s.dtype), exact(c.inputs.k, s.dtype),
+                                                   exact(c.inputs.v, s.dtype), std::nullopt};
+      if (c.inputs.initial_state) in.initial_state = exact(*c.inputs.initial_state, DType::f32);
+      ref::linear_attention::BatchCotangents<Exact> cot{exact(c.cotangents.d_output, s.dtype), std::nullopt};
+      if (c.cotangents.d_final_state) cot.d_final_state = exact(*c.cotangents.d_final_state, DType::f32);
+      const std::vector<Comparison> rows = vl::judge_backward(s, in, cot, gradients);
+      std::cout << label(s, segments) << " backward\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
+      EXPECT_TRUE(verify::all_agree(rows)) << label(s, segments);
+    }
 }
 
 TEST(LinearAttentionSegmentsCpuEmulation, PlantedScanBugsAreCaught) {
