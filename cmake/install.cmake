@@ -17,6 +17,10 @@ if(DELTAPROOF_WITH_CUDA)
   # The host API only: the kernels' sources (.cuh) and the test seams (testing/) stay in the tree.
   install(DIRECTORY cuda/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/deltaproof/cuda
           FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN testing EXCLUDE)
+  if(TARGET deltaproof_cuda_nccl)
+    set_target_properties(deltaproof_cuda_nccl PROPERTIES EXPORT_NAME cuda_nccl)
+    list(APPEND DELTAPROOF_INSTALLED_TARGETS deltaproof_cuda_nccl)
+  endif()
 endif()
 
 install(TARGETS ${DELTAPROOF_INSTALLED_TARGETS} EXPORT deltaproofTargets

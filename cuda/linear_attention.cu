@@ -4,6 +4,7 @@
 #include "cuda/linear_attention.h"
 
 #include "cuda/arguments.hpp"
+#include "cuda/context_parallel.h"
 #include "cuda/linear_attention_kernels.cuh"
 
 #include <stdexcept>
@@ -136,3 +137,35 @@ void decode(const DecodeParams& p, cudaStream_t stream) {
 }
 
 }  // namespace deltaproof::cuda::linear_attention
+
+namespace deltaproof::cuda::context_parallel {
+
+// Here, beside the kernels it launches (cuda/context_parallel.h).
+void linear_attention_forward(const linear_attention::ForwardParams& local, Exchange& exchange, cudaStream_t stream) {
+  namespace la = linear_attention;
+  la::validate(local);
+  if (local.boundary_states)
+    throw std::invalid_argument("boundary_states: not written by a context-parallel forward (must be null)");
+  const int rank = exchange.rank(), ranks = exchange.size();
+  const std::size_t state_bytes = size_of(la::state_dtype(local.dtype));
+  const std::size_t bytes = state_bytes * std::size_t(local.batch) * local.heads * local.value_dim * local.key_dim;
+  const la::StreamMemory memory(bytes * (ranks + 2), stream, "the summaries");  // summary, gathered, incoming state
+  char* base = static_cast<char*>(memory.data);
+  void *summary = base, *gathered = base + bytes, *incoming = base + bytes * (ranks + 1);
+
+  const la::ForwardPass sum = la::rank_summary_pass(local, rank, summary);
+  la::run_pass<la::Faithful>(sum.pass, local.dtype, sum.vec, stream);
+  exchange.all_gather(summary, gathered, bytes, stream);
+  la::ForwardParams run = local;
+  if (rank > 0) {
+    const la::RankPrefix prefix = la::rank_prefix(local, rank, gathered, incoming);
+    if (local.dtype == DType::f64) la::rank_prefix_kernel<double><<<la::prefix_blocks(prefix), la::kScanThreads, 0, stream>>>(prefix);
+    else la::rank_prefix_kernel<float><<<la::prefix_blocks(prefix), la::kScanThreads, 0, stream>>>(prefix);
+    check_launch("linear_attention rank_prefix_kernel");
+    run.initial_state = incoming;
+    run.initial_state_strides = contiguous(local.heads, local.value_dim, local.key_dim);
+  }
+  la::launch_forward<la::Faithful>(run, stream);
+}
+
+}  // namespace deltaproof::cuda::context_parallel

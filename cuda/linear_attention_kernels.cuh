@@ -152,6 +152,21 @@ struct SegmentedPass {
   return unsigned((entries + kScanThreads - 1) / kScanThreads);
 }
 
+// Context parallelism (cuda/context_parallel.h): rank `rank` holds one run of every sequence (`local`). Its
+// summary, the run's Σ v kᵀ into `summary` ([B, H, DV, DK] packed, the state dtype), starts from S_0 on rank 0,
+// so that the prefix sums of the ranks' summaries are the runs' incoming states.
+[[maybe_unused]] ForwardPass rank_summary_pass(const ForwardParams& local, int rank, void* summary) {
+  ForwardPass f = forward_pass(local);
+  f.pass.out = nullptr, f.pass.boundary = nullptr;
+  if (rank > 0) f.pass.s0 = nullptr;
+  set_final(f.pass, summary, contiguous(local.heads, local.value_dim, local.key_dim));
+  return f;
+}
+[[maybe_unused]] RankPrefix rank_prefix(const ForwardParams& local, int rank, const void* gathered, void* incoming) {
+  return {gathered, incoming, std::int64_t(local.batch) * local.heads * local.value_dim * local.key_dim, rank};
+}
+[[maybe_unused]] unsigned prefix_blocks(const RankPrefix& p) { return unsigned((p.entries + kScanThreads - 1) / kScanThreads); }
+
 // The CPU emulation (property_tests/linear_attention_cpu_emulation_test.cpp) runs the kernels above through the
 // passes above; what follows launches them on a GPU.
 #ifndef DELTAPROOF_CUDA_EMULATION
@@ -239,18 +254,24 @@ Segmentation segmentation_on_device(const Pass& p, DType dtype, int requested) {
   return choose_segments(0, p.batch * p.heads, p.length, p.chunk_size, blocks, tc ? sms : 2 * sms);
 }
 
+// Scratch memory from the stream's pool, given back in stream order, also when a launch throws.
+struct StreamMemory {
+  void* data = nullptr;
+  cudaStream_t stream;
+  StreamMemory(std::size_t bytes, cudaStream_t s, const std::string& what) : stream(s) {
+    check(cudaMallocAsync(&data, bytes, stream), "cudaMallocAsync for " + what);
+  }
+  ~StreamMemory() { cudaFreeAsync(data, stream); }
+  StreamMemory(const StreamMemory&) = delete;
+  StreamMemory& operator=(const StreamMemory&) = delete;
+};
+
 template <class Policy>
 void run_segmented(const Pass& p, Segmentation seg, DType dtype, bool vec, cudaStream_t stream) {
   const std::size_t state_bytes = dtype == DType::f64 ? sizeof(double) : sizeof(float);
   const std::size_t bytes = state_bytes * std::size_t(p.batch) * p.heads * seg.segments * p.value_dim * p.key_dim;
-  void* buffers = nullptr;
-  check(cudaMallocAsync(&buffers, 2 * bytes, stream), "cudaMallocAsync for the segments' states");
-  struct Release {  // stream-ordered, also when a launch throws
-    void* memory;
-    cudaStream_t stream;
-    ~Release() { cudaFreeAsync(memory, stream); }
-  } release{buffers, stream};
-  const SegmentedPass s = segmented_pass(p, seg, buffers, static_cast<char*>(buffers) + bytes);
+  const StreamMemory buffers(2 * bytes, stream, "the segments' states");
+  const SegmentedPass s = segmented_pass(p, seg, buffers.data, static_cast<char*>(buffers.data) + bytes);
   run_pass<Policy>(s.sums, dtype, vec, stream);
   run_scan<Policy>(s.scan, dtype, stream);
   run_pass<Policy>(s.pass, dtype, vec, stream);

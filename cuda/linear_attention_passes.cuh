@@ -138,6 +138,24 @@ __global__ void __launch_bounds__(kScanThreads) segment_scan_kernel(SegmentScan 
   }
 }
 
+// Context parallelism (cuda/context_parallel.h): rank r's incoming state from every rank's summary, gathered
+// [R, B, H, rows, cols] (rank 0's starting from S_0): Σ_{r' < r}, in rank order, one thread per state entry.
+struct RankPrefix {
+  const void* gathered;
+  void* incoming;         // [B, H, rows, cols] packed
+  std::int64_t entries;   // B·H·rows·cols
+  int rank;
+};
+
+template <class A>
+__global__ void __launch_bounds__(kScanThreads) rank_prefix_kernel(RankPrefix p) {
+  const std::int64_t e = std::int64_t(blockIdx.x) * kScanThreads + threadIdx.x;
+  if (e >= p.entries) return;
+  A acc = 0;
+  for (int r = 0; r < p.rank; ++r) acc += static_cast<const A*>(p.gathered)[r * p.entries + e];
+  static_cast<A*>(p.incoming)[e] = acc;
+}
+
 // ---------------------------------------------------------------------------------------
 // Generic pass: any dtype, key_dim ≤ 256, any value_dim; CUDA cores, accumulation in A.
 // Block = (32 value columns of one head); 256 threads. Shared memory (in A):

@@ -5,7 +5,8 @@
 // scanned from the end). R ∈ {1, 2, 3, 8, 13}, segment lengths that are not multiples of C, empty segments, S_0
 // present and absent. One segment through the segment machinery gives the one-walk pass's bits. Planted: an
 // inclusive scan (a segment starting from its own sum) and a scan in the wrong direction (the segments after it)
-// are caught. NOT a GPU result (see support/cuda_emulation.hpp).
+// are caught. Context parallelism's ranks (summaries gathered, each rank's prefix, its run) likewise. NOT a GPU
+// result (see support/cuda_emulation.hpp).
 #include "property_tests/support/cuda_emulation.hpp"
 #include "property_tests/support/emulation_suite.hpp"
 
@@ -148,6 +149,56 @@ ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase
   return {read(dq), read(dk), read(dv), read(ds0)};
 }
 
+// Context parallelism's logic (cuda/context_parallel.h) with R ranks, each holding ⌈L/R⌉ tokens of every sequence
+// (the last fewer): every rank's summary written straight into its slot of the gathered buffer (the exchange, in
+// process), each rank's incoming state from the slots before it, each rank's run from it (S_0 on rank 0).
+Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order) {
+  const vl::CudaShape& s = c.shape;
+  const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
+  Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
+  Tensor s0;
+  if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
+  Tensor out("output", s.dtype, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
+  Tensor gathered("gathered", DType::f32, ranks, B * H, DV, DK), incoming("incoming", DType::f32, ranks, B * H, DV, DK);
+  const std::size_t element = s.dtype == DType::bf16 ? 2 : 4, state_bytes = std::size_t(B * H * DV * DK) * sizeof(float);
+  const Index run = (L + ranks - 1) / ranks;
+  std::vector<kla::ForwardParams> local;
+  for (int r = 0; r < ranks && r * run < L; ++r) {
+    kla::ForwardParams fp;
+    fp.dtype = s.dtype, fp.batch = int(B), fp.heads = int(H), fp.length = int(L), fp.key_dim = int(DK), fp.value_dim = int(DV);
+    fp.chunk_size = int(s.chunk_size), fp.segments = 1;
+    kla::set_contiguous_strides(fp);  // the full tensors' strides; the run's rows from its first token
+    const auto at = [&](Tensor& t, std::int64_t row) { return static_cast<char*>(t.data()) + r * run * row * std::int64_t(element); };
+    fp.q = at(q, fp.q_strides.row), fp.k = at(k, fp.k_strides.row), fp.v = at(v, fp.v_strides.row);
+    fp.output = at(out, fp.output_strides.row);
+    fp.length = int(std::min(run, L - r * run));
+    fp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
+    local.push_back(fp);
+  }
+  const int R = int(local.size());
+  local.back().final_state = final_state.data();
+  for (int r = 0; r < R; ++r) {
+    const kla::ForwardPass sum = kla::rank_summary_pass(local[r], r, static_cast<char*>(gathered.data()) + r * state_bytes);
+    run_pass<Faithful>(s, sum.pass, sum.vec, order);
+  }
+  for (int r = 0; r < R; ++r) {
+    kla::ForwardParams fp = local[r];
+    if (r > 0) {
+      void* in = static_cast<char*>(incoming.data()) + r * state_bytes;
+      const kla::RankPrefix prefix = kla::rank_prefix(fp, r, gathered.data(), in);
+      emulation::launch({dim3(kla::prefix_blocks(prefix)), dim3(kla::kScanThreads), 0, order}, kla::rank_prefix_kernel<float>, prefix);
+      fp.initial_state = in, fp.initial_state_strides = kla::contiguous(int(H), int(DV), int(DK));
+    }
+    const kla::ForwardPass f = kla::forward_pass(fp);
+    run_pass<Faithful>(s, f.pass, f.vec, order);
+  }
+  Emulated e;
+  e.forward = {read(out), read(final_state), {}};
+  e.exact = {read(q), read(k), read(v), std::nullopt};
+  if (c.inputs.initial_state) e.exact.initial_state = read(s0);
+  return e;
+}
+
 bool agrees(const vl::CudaCase& c, const Emulated& e, const std::string& label) {
   const std::vector<Comparison> rows = vl::judge_forward(c.shape, e.exact, e.forward, false);
   std::cout << label << "\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
@@ -203,6 +254,16 @@ TEST(LinearAttentionSegmentsCpuEmulation, SegmentedBackwardMatchesOracle) {
       const std::vector<Comparison> rows = vl::judge_backward(s, in, cot, gradients);
       std::cout << label(s, segments) << " backward\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
       EXPECT_TRUE(verify::all_agree(rows)) << label(s, segments);
+    }
+}
+
+TEST(LinearAttentionSegmentsCpuEmulation, RanksOfAContextParallelForwardMatchOracle) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  std::uint64_t seed = 91;
+  for (const vl::CudaShape& s : kShapes)
+    for (int ranks : {1, 2, 3, 8}) {
+      const vl::CudaCase c = vl::make_case(s, seed++);
+      EXPECT_TRUE(agrees(c, emulate_ranks(c, ranks, ThreadOrder::shuffled), vl::describe(s) + " ranks=" + std::to_string(ranks)));
     }
 }
 
