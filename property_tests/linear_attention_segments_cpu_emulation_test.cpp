@@ -1,12 +1,12 @@
-// Linear attention's forward over segments (cuda/linear_attention_kernels.cuh: segmented_pass, docs/context_parallel.md)
+// Linear attention over segments (cuda/linear_attention_kernels.cuh: segmented_pass, docs/context_parallel.md)
 // executed on the CPU emulation of CUDA blocks: the segments' sums, their exclusive scan and the pass from each
 // segment's incoming state, on tensor cores (bf16) and on the generic pass (fp32), judged by the GPU suite's
 // verdicts (the oracle on the exact values of the rounded inputs); the backward's three passes likewise (dK and dV
-// scanned from the end). R ∈ {1, 2, 3, 8, 13}, segment lengths that are not multiples of C, empty segments, S_0
-// present and absent. One segment through the segment machinery gives the one-walk pass's bits. Planted: an
-// inclusive scan (a segment starting from its own sum) and a scan in the wrong direction (the segments after it)
-// are caught. Context parallelism's ranks (summaries gathered, each rank's prefix, its run) likewise. NOT a GPU
-// result (see support/cuda_emulation.hpp).
+// scanned from the end); context parallelism's ranks (summaries gathered, each rank's prefix, its run). R ∈ {1, 2,
+// 3, 8, 13}, segment lengths that are not multiples of C, empty segments, S_0 present and absent. One segment
+// through the segment machinery gives the one-walk pass's bits. Planted: an inclusive scan (a segment starting
+// from its own sum), a scan in the wrong direction (the segments after it; the backward's dK pass scanned
+// forwards) and a rank prefix missing rank 0's summary, each caught. NOT a GPU result (support/cuda_emulation.hpp).
 #include "property_tests/support/cuda_emulation.hpp"
 #include "property_tests/support/emulation_suite.hpp"
 
@@ -123,7 +123,8 @@ Emulated emulate(const vl::CudaCase& c, int segments, Walk walk, ThreadOrder ord
 
 // The backward's three passes, each over `segments` (the dK and dV passes scanned from the end), on tensor
 // cores as two scans where the one-walk launcher fuses them.
-ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase& c, int segments, ThreadOrder order) {
+ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase& c, int segments, ThreadOrder order,
+                                                              bool plant_dk_scan_backwards = false) {
   const vl::CudaShape& s = c.shape;
   const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim, D = std::max(DK, DV);
   Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
@@ -144,7 +145,7 @@ ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase
   const kla::BackwardPasses b = kla::backward_passes(bp);
   for (const kla::Pass* p : {&b.dq, &b.dk, &b.dv}) {
     Tensor sums("segment_sums", DType::f32, B, H, segments * D, D), incoming("incoming", DType::f32, B, H, segments * D, D);
-    run_segmented<Faithful>(s, *p, b.vec, segments, sums, incoming, order);
+    run_segmented<Faithful>(s, *p, b.vec, segments, sums, incoming, order, plant_dk_scan_backwards && p == &b.dk);
   }
   return {read(dq), read(dk), read(dv), read(ds0)};
 }
@@ -152,7 +153,7 @@ ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase
 // Context parallelism's logic (cuda/context_parallel.h) with R ranks, each holding ⌈L/R⌉ tokens of every sequence
 // (the last fewer): every rank's summary written straight into its slot of the gathered buffer (the exchange, in
 // process), each rank's incoming state from the slots before it, each rank's run from it (S_0 on rank 0).
-Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order) {
+Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order, bool plant_prefix_without_rank_0 = false) {
   const vl::CudaShape& s = c.shape;
   const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
   Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
@@ -185,7 +186,8 @@ Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order) {
     kla::ForwardParams fp = local[r];
     if (r > 0) {
       void* in = static_cast<char*>(incoming.data()) + r * state_bytes;
-      const kla::RankPrefix prefix = kla::rank_prefix(fp, r, gathered.data(), in);
+      kla::RankPrefix prefix = kla::rank_prefix(fp, r, gathered.data(), in);
+      if (plant_prefix_without_rank_0) prefix.gathered = static_cast<char*>(gathered.data()) + state_bytes, --prefix.rank;
       emulation::launch({dim3(kla::prefix_blocks(prefix)), dim3(kla::kScanThreads), 0, order}, kla::rank_prefix_kernel<float>, prefix);
       fp.initial_state = in, fp.initial_state_strides = kla::contiguous(int(H), int(DV), int(DK));
     }
@@ -238,22 +240,27 @@ TEST(LinearAttentionSegmentsCpuEmulation, OneSegmentIsTheOneWalkBitForBit) {
   }
 }
 
+// The backward's gradients judged against the oracle on the exact values of the case's rounded inputs.
+bool backward_agrees(const vl::CudaCase& c, const ref::linear_attention::BatchGradients<Exact>& gradients, const std::string& label) {
+  const vl::CudaShape& s = c.shape;
+  const auto exact = [&](const Tensor4<Exact>& x, DType dtype) { return read(write("exact", x, dtype)); };  // as rounded
+  ref::linear_attention::BatchInputs<Exact> in{exact(c.inputs.q, s.dtype), exact(c.inputs.k, s.dtype), exact(c.inputs.v, s.dtype),
+                                               std::nullopt};
+  if (c.inputs.initial_state) in.initial_state = exact(*c.inputs.initial_state, DType::f32);
+  ref::linear_attention::BatchCotangents<Exact> cot{exact(c.cotangents.d_output, s.dtype), std::nullopt};
+  if (c.cotangents.d_final_state) cot.d_final_state = exact(*c.cotangents.d_final_state, DType::f32);
+  const std::vector<Comparison> rows = vl::judge_backward(s, in, cot, gradients);
+  std::cout << label << " backward\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
+  return verify::all_agree(rows);
+}
+
 TEST(LinearAttentionSegmentsCpuEmulation, SegmentedBackwardMatchesOracle) {
   DELTAPROOF_EMULATION_REQUIRE_X86_64();
   std::uint64_t seed = 71;
   for (const vl::CudaShape& s : kShapes)
     for (int segments : {1, 3, 8}) {
       const vl::CudaCase c = vl::make_case(s, seed++);
-      const auto gradients = emulate_backward(c, segments, ThreadOrder::shuffled);
-      const auto exact = [&](const Tensor4<Exact>& x, DType dtype) { return read(write("exact", x, dtype)); };  // as rounded
-      ref::linear_attention::BatchInputs<Exact> in{exact(c.inputs.q, s.dtype), exact(c.inputs.k, s.dtype),
-                                                   exact(c.inputs.v, s.dtype), std::nullopt};
-      if (c.inputs.initial_state) in.initial_state = exact(*c.inputs.initial_state, DType::f32);
-      ref::linear_attention::BatchCotangents<Exact> cot{exact(c.cotangents.d_output, s.dtype), std::nullopt};
-      if (c.cotangents.d_final_state) cot.d_final_state = exact(*c.cotangents.d_final_state, DType::f32);
-      const std::vector<Comparison> rows = vl::judge_backward(s, in, cot, gradients);
-      std::cout << label(s, segments) << " backward\n" << verify::format_table(verify::Verdict{verify::worst_per_tensor(rows)});
-      EXPECT_TRUE(verify::all_agree(rows)) << label(s, segments);
+      EXPECT_TRUE(backward_agrees(c, emulate_backward(c, segments, ThreadOrder::shuffled), label(s, segments))) << label(s, segments);
     }
 }
 
@@ -274,6 +281,10 @@ TEST(LinearAttentionSegmentsCpuEmulation, PlantedScanBugsAreCaught) {
     EXPECT_FALSE(agrees(c, emulate<InclusiveScan>(c, 3, Walk::segments, ThreadOrder::ascending), "planted: inclusive scan"))
         << vl::describe(s);
     EXPECT_FALSE(agrees(c, emulate(c, 3, Walk::segments_scanned_backwards, ThreadOrder::ascending), "planted: scan backwards"))
+        << vl::describe(s);
+    EXPECT_FALSE(backward_agrees(c, emulate_backward(c, 3, ThreadOrder::ascending, true), "planted: dK pass scanned forwards"))
+        << vl::describe(s);
+    EXPECT_FALSE(agrees(c, emulate_ranks(c, 3, ThreadOrder::ascending, true), "planted: rank prefix without rank 0"))
         << vl::describe(s);
   }
 }
