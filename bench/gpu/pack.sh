@@ -9,7 +9,8 @@
 #                                               BUILD_DIR and points its ctest files at this checkout
 # then `bash bench/gpu/run.sh ...` there, with the same BUILD_DIR.
 #
-# Settings (environment): BUILD_DIR [build/release], relative to the checkout.
+# Settings (environment): BUILD_DIR [build/release], relative to the checkout; MULTI_GPU [0]: 1 packs the
+# multi-gpu tests too, with the NCCL library they load.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build/release}
@@ -32,7 +33,10 @@ B=$stage/$BUILD_DIR
 mkdir -p "$B/property_tests" "$B/bench" "$B/tools" "$B/packed_libs"
 binaries=()
 # Every executable a test labelled gpu runs (ctest's own list), kernel_size_limits_test too.
-gpu_tests=$(ctest --test-dir "$BUILD_DIR" -N -L gpu --show-only=json-v1 |
+# The multi-gpu tests (and the NCCL library they load, ~200 MB) only when MULTI_GPU=1.
+exclude=multi-gpu
+[ "${MULTI_GPU:-0}" = 1 ] && exclude='^$'
+gpu_tests=$(ctest --test-dir "$BUILD_DIR" -N -L gpu -LE "$exclude" --show-only=json-v1 |
   python3 -c 'import json, sys; print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] if "command" in t})))')
 for t in $gpu_tests "$PWD/$BUILD_DIR/property_tests/kernel_size_limits_test"; do
   case $t in "$PWD/$BUILD_DIR"/property_tests/*) ;; *) continue ;; esac  # compute-sanitizer's runs name the same binaries

@@ -10,6 +10,8 @@
 #   sanitize  every GPU test under compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #             (ctest label gpu-sanitize)
 #   long      the 2^20-token and > 2^31-element runs (ctest label long)
+#   multi-gpu the tests over several GPUs (ctest label multi-gpu; they skip with fewer than two; a pack
+#             made with MULTI_GPU=1)
 #   bench     bench_linear_attention_cuda and bench_delta_rule_cuda: Google Benchmark JSON, its
 #             provenance (date, commit, GPU, versions, command) put first by bench/provenance.py
 #   cli       deltaproof verify and gradcheck --impl cuda for every op, default and odd shapes
@@ -41,8 +43,8 @@ phases=("$@")
 [ ${#phases[@]} = 0 ] && phases=(suites bench cli)
 for phase in "${phases[@]}"; do
   case $phase in
-    suites|seeds|sanitize|long|bench|cli) ;;
-    *) echo "run.sh: unknown phase $phase (suites seeds sanitize long bench cli)" >&2; exit 2 ;;
+    suites|seeds|sanitize|long|multi-gpu|bench|cli) ;;
+    *) echo "run.sh: unknown phase $phase (suites seeds sanitize long multi-gpu bench cli)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
@@ -60,7 +62,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 note "GPU: ${gpu_name:-none found}; build: $BUILD_DIR; output: $OUT"
 
 phase_suites() {
-  RC_PARAMS="seed=$CI_SEED" ctest --test-dir "$BUILD_DIR" -L gpu -LE long -j "$JOBS" --timeout 600 \
+  RC_PARAMS="seed=$CI_SEED" ctest --test-dir "$BUILD_DIR" -L gpu -LE 'long|multi-gpu' -j "$JOBS" --timeout 600 \
     --output-on-failure > "$OUT/suites.txt" 2>&1
   local rc=$?; check $rc
   note "suites (RC_PARAMS=seed=$CI_SEED): rc=$rc, $(grep -E 'tests passed|tests failed' "$OUT/suites.txt")"
@@ -91,6 +93,12 @@ phase_long() {
   ctest --test-dir "$BUILD_DIR" -L long -j "$JOBS" --timeout 600 --output-on-failure > "$OUT/long.txt" 2>&1
   local rc=$?; check $rc
   note "long: rc=$rc, $(grep -E 'tests passed|tests failed' "$OUT/long.txt")"
+}
+
+phase_multi-gpu() {
+  NCCL_NVLS_ENABLE=0 ctest --test-dir "$BUILD_DIR" -L multi-gpu --timeout 600 --output-on-failure > "$OUT/multi_gpu.txt" 2>&1
+  local rc=$?; check $rc
+  note "multi-gpu: rc=$rc, $(grep -E 'tests passed|tests failed' "$OUT/multi_gpu.txt")"
 }
 
 phase_bench() {
