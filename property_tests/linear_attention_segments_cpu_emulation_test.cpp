@@ -87,38 +87,49 @@ void run_segmented(const vl::CudaShape& s, const kla::Pass& p, bool vec, int seg
   run_pass<Policy>(s, sp.pass, vec, order);
 }
 
-// The forward of case c as the launcher runs it with `segments` (Walk::one: the one-walk pass alone), every
-// output read back (an entry never written throws), and the exact values of the rounded inputs.
+// The forward's outputs, read back (an entry never written throws), and the exact values of the rounded inputs.
 struct Emulated {
   vl::KernelForward forward;
   ref::linear_attention::BatchInputs<Exact> exact;
 };
+
+// The case's inputs rounded to their dtype (S_0 to fp32) in poisoned buffers, the forward's outputs, and the
+// forward's parameters over them (packed strides).
+struct ForwardBuffers {
+  Tensor q, k, v, s0, out, final_state;
+  kla::ForwardParams params;
+  explicit ForwardBuffers(const vl::CudaCase& c) {
+    const vl::CudaShape& s = c.shape;
+    const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
+    q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
+    if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
+    out = Tensor("output", s.dtype, B, H, L, DV), final_state = Tensor("final_state", DType::f32, B, H, DV, DK);
+    params.dtype = s.dtype, params.batch = int(B), params.heads = int(H), params.length = int(L);
+    params.key_dim = int(DK), params.value_dim = int(DV), params.chunk_size = int(s.chunk_size);
+    params.q = q.data(), params.k = k.data(), params.v = v.data(), params.output = out.data();
+    params.final_state = final_state.data(), params.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
+    kla::set_contiguous_strides(params);
+  }
+  Emulated read_back(const vl::CudaCase& c) {
+    Emulated e;
+    e.forward = {read(out), read(final_state), {}};
+    e.exact = {read(q), read(k), read(v), std::nullopt};
+    if (c.inputs.initial_state) e.exact.initial_state = read(s0);
+    return e;
+  }
+};
+
+// The forward of case c as the launcher runs it with `segments` (Walk::one: the one-walk pass alone).
 template <class Policy = Faithful>
 Emulated emulate(const vl::CudaCase& c, int segments, Walk walk, ThreadOrder order) {
   const vl::CudaShape& s = c.shape;
-  const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
-  Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
-  Tensor s0;
-  if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
-  Tensor out("output", s.dtype, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
-  Tensor sums("segment_sums", DType::f32, B, H, segments * DV, DK), incoming("incoming", DType::f32, B, H, segments * DV, DK);
-
-  kla::ForwardParams fp;
-  fp.dtype = s.dtype, fp.batch = int(B), fp.heads = int(H), fp.length = int(L), fp.key_dim = int(DK), fp.value_dim = int(DV);
-  fp.chunk_size = int(s.chunk_size), fp.segments = segments;
-  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.output = out.data(), fp.final_state = final_state.data();
-  fp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
-  kla::set_contiguous_strides(fp);
-
-  const kla::ForwardPass f = kla::forward_pass(fp);
+  ForwardBuffers b(c);
+  Tensor sums("segment_sums", DType::f32, s.batch, s.heads, segments * s.value_dim, s.key_dim),
+      incoming("incoming", DType::f32, s.batch, s.heads, segments * s.value_dim, s.key_dim);
+  const kla::ForwardPass f = kla::forward_pass(b.params);
   if (walk == Walk::one) run_pass<Policy>(s, f.pass, f.vec, order);
   else run_segmented<Policy>(s, f.pass, f.vec, segments, sums, incoming, order, walk == Walk::segments_scanned_backwards);
-
-  Emulated r;
-  r.forward = {read(out), read(final_state), {}};
-  r.exact = {read(q), read(k), read(v), std::nullopt};
-  if (c.inputs.initial_state) r.exact.initial_state = read(s0);
-  return r;
+  return b.read_back(c);
 }
 
 // The backward's three passes, each over `segments` (the dK and dV passes scanned from the end), on tensor
@@ -155,29 +166,23 @@ ref::linear_attention::BatchGradients<Exact> emulate_backward(const vl::CudaCase
 // process), each rank's incoming state from the slots before it, each rank's run from it (S_0 on rank 0).
 Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order, bool plant_prefix_without_rank_0 = false) {
   const vl::CudaShape& s = c.shape;
-  const Index B = s.batch, H = s.heads, L = s.length, DK = s.key_dim, DV = s.value_dim;
-  Tensor q = write("q", c.inputs.q, s.dtype), k = write("k", c.inputs.k, s.dtype), v = write("v", c.inputs.v, s.dtype);
-  Tensor s0;
-  if (c.inputs.initial_state) s0 = write("initial_state", *c.inputs.initial_state, DType::f32);
-  Tensor out("output", s.dtype, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
-  Tensor gathered("gathered", DType::f32, ranks, B * H, DV, DK), incoming("incoming", DType::f32, ranks, B * H, DV, DK);
-  const std::size_t element = s.dtype == DType::bf16 ? 2 : 4, state_bytes = std::size_t(B * H * DV * DK) * sizeof(float);
+  const Index L = s.length;
+  ForwardBuffers b(c);
+  Tensor gathered("gathered", DType::f32, ranks, s.batch * s.heads, s.value_dim, s.key_dim),
+      incoming("incoming", DType::f32, ranks, s.batch * s.heads, s.value_dim, s.key_dim);
+  const std::size_t element = cuda::size_of(s.dtype), state_bytes = std::size_t(s.batch * s.heads * s.value_dim * s.key_dim) * 4;
   const Index run = (L + ranks - 1) / ranks;
   std::vector<kla::ForwardParams> local;
   for (int r = 0; r < ranks && r * run < L; ++r) {
-    kla::ForwardParams fp;
-    fp.dtype = s.dtype, fp.batch = int(B), fp.heads = int(H), fp.length = int(L), fp.key_dim = int(DK), fp.value_dim = int(DV);
-    fp.chunk_size = int(s.chunk_size), fp.segments = 1;
-    kla::set_contiguous_strides(fp);  // the full tensors' strides; the run's rows from its first token
-    const auto at = [&](Tensor& t, std::int64_t row) { return static_cast<char*>(t.data()) + r * run * row * std::int64_t(element); };
-    fp.q = at(q, fp.q_strides.row), fp.k = at(k, fp.k_strides.row), fp.v = at(v, fp.v_strides.row);
-    fp.output = at(out, fp.output_strides.row);
-    fp.length = int(std::min(run, L - r * run));
-    fp.initial_state = c.inputs.initial_state ? s0.data() : nullptr;
+    kla::ForwardParams fp = b.params;  // the full tensors' strides; the run's rows from its first token
+    const auto at = [&](const void* t, std::int64_t row) { return static_cast<const char*>(t) + r * run * row * std::int64_t(element); };
+    fp.q = at(fp.q, fp.q_strides.row), fp.k = at(fp.k, fp.k_strides.row), fp.v = at(fp.v, fp.v_strides.row);
+    fp.output = const_cast<char*>(at(fp.output, fp.output_strides.row));
+    fp.length = int(std::min(run, L - r * run)), fp.segments = 1, fp.final_state = nullptr;
     local.push_back(fp);
   }
   const int R = int(local.size());
-  local.back().final_state = final_state.data();
+  local.back().final_state = b.final_state.data();
   for (int r = 0; r < R; ++r) {
     const kla::ForwardPass sum = kla::rank_summary_pass(local[r], r, static_cast<char*>(gathered.data()) + r * state_bytes);
     run_pass<Faithful>(s, sum.pass, sum.vec, order);
@@ -189,16 +194,12 @@ Emulated emulate_ranks(const vl::CudaCase& c, int ranks, ThreadOrder order, bool
       kla::RankPrefix prefix = kla::rank_prefix(fp, r, gathered.data(), in);
       if (plant_prefix_without_rank_0) prefix.gathered = static_cast<char*>(gathered.data()) + state_bytes, --prefix.rank;
       emulation::launch({dim3(kla::prefix_blocks(prefix)), dim3(kla::kScanThreads), 0, order}, kla::rank_prefix_kernel<float>, prefix);
-      fp.initial_state = in, fp.initial_state_strides = kla::contiguous(int(H), int(DV), int(DK));
+      fp.initial_state = in, fp.initial_state_strides = kla::contiguous(int(s.heads), int(s.value_dim), int(s.key_dim));
     }
     const kla::ForwardPass f = kla::forward_pass(fp);
     run_pass<Faithful>(s, f.pass, f.vec, order);
   }
-  Emulated e;
-  e.forward = {read(out), read(final_state), {}};
-  e.exact = {read(q), read(k), read(v), std::nullopt};
-  if (c.inputs.initial_state) e.exact.initial_state = read(s0);
-  return e;
+  return b.read_back(c);
 }
 
 bool agrees(const vl::CudaCase& c, const Emulated& e, const std::string& label) {

@@ -61,6 +61,13 @@ KernelCase make_case(Op op, Layout layout, bool varlen, std::uint64_t seed) {
   return c;
 }
 
+// A one-entry fp32 tensor of this shape.
+HostTensor one(std::vector<Index> shape, double x) {
+  HostTensor t;
+  t.shape = std::move(shape), t.dtype = DType::f32, t.values = {x};
+  return t;
+}
+
 KernelResult stored_fp32(KernelResult r) {
   for (auto* t : {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dbeta, &r.dg, &r.dh0})
     if (*t) {
@@ -236,11 +243,6 @@ TEST(JudgeTerms, AccumulationTimesMagnitudes) {
 TEST(JudgeTerms, ProbabilisticMultiplierAndWyTerms) {
   KernelCase c;
   c.op = Op::delta, c.layout = Layout::bhld;
-  auto one = [](std::vector<Index> shape, double x) {
-    HostTensor t;
-    t.shape = std::move(shape), t.dtype = DType::f32, t.values = {x};
-    return t;
-  };
   const double k = 0.75, v = 1.25, beta = 0.5;
   c.q = one({1, 1, 1, 1}, 0.5), c.k = one({1, 1, 1, 1}, k), c.v = one({1, 1, 1, 1}, v), c.beta = one({1, 1, 1}, beta);
   KernelResult r = oracle(c);
@@ -267,17 +269,12 @@ TEST(JudgeTerms, ProbabilisticMultiplierAndWyTerms) {
 // DeltaNet, no h0, DK = DV = 1, fp32 inputs. The exact dg is 0 (the gate scales S_0 = 0), but a chunk
 // kernel forms it as ⟨q, dq⟩ − ⟨k, dk⟩ with dq = ds·k, dk = ds·q, ds = do·βv (fla's chunk_bwd_dqkwg),
 // each rounded in fp32: their difference is a rounding, not 0. The bound carries ε times the terms'
-// magnitudes, ε(|q| M_dq + 2|k| M_dk) here (the key term once in dΓ and once in the chunk's end):
+// magnitudes, ε(|q| M_dq + 2|k| M_dk) here (the key term once in dG and once in the chunk's end):
 //   M_dq = |βvk|·|do|,  M_dk = |β|(2|do q||v| + α|βvk|·|do q k|)  (g_mag = 2|do q|, gk_mag = 2|do q k|).
 // The honest value agrees; twice the term is caught, half of it is not.
 TEST(JudgeTerms, GateGradientFromCancellingTerms) {
   KernelCase c;
   c.op = Op::gated_delta, c.layout = Layout::bhld;
-  auto one = [](std::vector<Index> shape, double x) {
-    HostTensor t;
-    t.shape = std::move(shape), t.dtype = DType::f32, t.values = {x};
-    return t;
-  };
   const float q = 0.3f, k = 0.7f, v = 0.3f, d_o = 0.7f, beta = 0.5f, g = -0.25f;
   c.q = one({1, 1, 1, 1}, q), c.k = one({1, 1, 1, 1}, k), c.v = one({1, 1, 1, 1}, v);
   c.beta = one({1, 1, 1}, beta), c.g = one({1, 1, 1}, g), c.d_o = one({1, 1, 1, 1}, d_o);
