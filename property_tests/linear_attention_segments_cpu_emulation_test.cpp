@@ -210,11 +210,13 @@ bool agrees(const vl::CudaCase& c, const Emulated& e, const std::string& label) 
 
 std::string label(const vl::CudaShape& s, int segments) { return vl::describe(s) + " segments=" + std::to_string(segments); }
 
-// bf16 on tensor cores and fp32 on the generic pass; lengths that no segment count divides into whole chunks.
+// bf16 on tensor cores (16-byte and element-wise copies) and fp32 on the generic pass; lengths that no segment
+// count divides into whole chunks.
 const vl::CudaShape kShapes[] = {
     {1, 2, 100, 64, 32, 16, true, DType::bf16},
     {1, 1, 70, 128, 128, 32, false, DType::bf16},
     {2, 1, 45, 24, 40, 16, true, DType::f32},
+    {1, 1, 53, 60, 100, 16, true, DType::bf16},  // head dims no multiple of 8: the element-wise copies
 };
 
 TEST(LinearAttentionSegmentsCpuEmulation, SegmentsMatchOracle) {
