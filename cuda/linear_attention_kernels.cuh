@@ -101,6 +101,9 @@ TcLaunch tensor_core_launch(const Pass& p, bool fused_dk_dv) {
   return {dim3(1, sequences), kTcThreads, fused_dk_dv ? TcLayout::bytes : TcForwardLayout::bytes};
 }
 
+// Whether a pass runs the kernels' segment instantiation: a pass over segments, or a segment-sum pass (no output).
+[[maybe_unused]] bool over_segments(const Pass& p) { return p.segments > 1 || !p.out; }
+
 // ---------------------------------------------------------------------------------------
 // A pass over segments (docs/context_parallel.md, one GPU): R walks per sequence instead of one, for
 // sequences too few to fill the GPU. Three launches: the segments' sums (the pass with no output and no
@@ -180,15 +183,21 @@ void launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_
   check_launch(name);
 }
 
-template <class T, class A, class Policy>
+template <class T, class A, class Policy, bool kSegments>
 void run_generic(const Pass& p, cudaStream_t stream) {
   const dim3 grid((p.value_dim + kGenericTileV - 1) / kGenericTileV, p.batch * p.heads * p.segments);
   const std::size_t smem = generic_smem_bytes<A>(p.key_dim, p.chunk_size);
+  const std::string name = std::string("linear_attention pass_generic") + (kSegments ? "(segments)" : "");
   switch (p.chunk_size) {
-    case 16: launch(pass_generic<T, A, 16, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=16>"); break;
-    case 32: launch(pass_generic<T, A, 32, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=32>"); break;
-    default: launch(pass_generic<T, A, 64, Policy>, grid, kGenericThreads, smem, stream, p, "linear_attention pass_generic<C=64>"); break;
+    case 16: launch(pass_generic<T, A, 16, Policy, kSegments>, grid, kGenericThreads, smem, stream, p, name + "<C=16>"); break;
+    case 32: launch(pass_generic<T, A, 32, Policy, kSegments>, grid, kGenericThreads, smem, stream, p, name + "<C=32>"); break;
+    default: launch(pass_generic<T, A, 64, Policy, kSegments>, grid, kGenericThreads, smem, stream, p, name + "<C=64>"); break;
   }
+}
+template <class T, class A, class Policy>
+void run_generic(const Pass& p, cudaStream_t stream) {
+  if (over_segments(p)) run_generic<T, A, Policy, true>(p, stream);
+  else run_generic<T, A, Policy, false>(p, stream);
 }
 
 // A tensor-core pass; with kFused, p is the dV pass and dk the dK pass of one fused reversed scan.
@@ -202,6 +211,11 @@ void launch_tensor_core(const Pass& p, const Pass& dk, bool vec, cudaStream_t st
                                int(l.shared_bytes)),
           "cudaFuncSetAttribute for " + name);
     pass_tensor_core_dk_dv<C, Policy><<<l.grid, l.threads, l.shared_bytes, stream>>>(p, dk, vec);
+  } else if (over_segments(p)) {
+    check(cudaFuncSetAttribute(pass_tensor_core_forward<C, Policy, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(l.shared_bytes)),
+          "cudaFuncSetAttribute for " + name);
+    pass_tensor_core_forward<C, Policy, true><<<l.grid, l.threads, l.shared_bytes, stream>>>(p, vec);
   } else {
     check(cudaFuncSetAttribute(pass_tensor_core_forward<C, Policy>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(l.shared_bytes)),

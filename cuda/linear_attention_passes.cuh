@@ -88,7 +88,8 @@ __device__ __forceinline__ int chunks_of(const Pass& p) {
 __device__ __forceinline__ std::int64_t token_row(const Pass& p, int t) { return p.reversed ? p.length - 1 - t : t; }
 
 // The block's sequence (b, h) and its pass: for a pass over segments, the pass narrowed to segment r
-// (its tokens, its initial and final states), so the kernels walk a segment as they walk a sequence.
+// (its tokens, its initial and final states), so the kernels walk a segment as they walk a sequence. The
+// kernels take it in their kSegments instantiation only: the one walk keeps the code it had without segments.
 template <class T, class A>
 __device__ __forceinline__ Pass block_sequence(Pass p, int& b, int& h) {
   const int bh = blockIdx.y / p.segments, r = blockIdx.y % p.segments;
@@ -171,14 +172,14 @@ std::size_t generic_smem_bytes(int key_dim, int chunk) {
                       std::size_t(chunk) * kGenericTileV + std::size_t(chunk) * chunk);
 }
 
-template <class T, class A, int C, class Policy>
+template <class T, class A, int C, class Policy, bool kSegments = false>
 __global__ void __launch_bounds__(kGenericThreads) pass_generic(Pass pass) {
   constexpr int TV = kGenericTileV, KS = kGenericSlab, NT = kGenericThreads;
   constexpr int kOutPerThread = C * TV / NT, kScorePerThread = (C * C + NT - 1) / NT;
   const int tid = threadIdx.x;
-  int b, h;
-  const Pass p = block_sequence<T, A>(pass, b, h);
-  const bool outputs = p.out != nullptr;  // a segment-sum pass computes the state alone
+  int b = blockIdx.y / pass.heads, h = blockIdx.y % pass.heads;
+  const Pass p = kSegments ? block_sequence<T, A>(pass, b, h) : pass;
+  const bool outputs = !kSegments || p.out != nullptr;  // a segment-sum pass computes the state alone
   const int v0 = blockIdx.x * TV;
   const int K = p.key_dim, V = p.value_dim, L = p.length, Kp = K + 1;
 
@@ -637,7 +638,7 @@ struct TcForwardLayout {
 };
 static_assert(TcForwardLayout::bytes <= 227 * 1024, "the forward pass must fit one SM's shared memory");
 
-template <int C, class Policy>
+template <int C, class Policy, bool kSegments = false>
 __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass pass, bool vec) {
   constexpr int kBlocks = C / 16, kTokenTiles = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -649,9 +650,9 @@ __global__ void __launch_bounds__(kTcThreads, 1) pass_tensor_core_forward(Pass p
   const unsigned smem_base = smem_address(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  int b, h;
-  const Pass p = block_sequence<bf16, float>(pass, b, h);
-  const bool outputs = p.out != nullptr;  // a segment-sum pass computes the state alone
+  int b = blockIdx.y / pass.heads, h = blockIdx.y % pass.heads;
+  const Pass p = kSegments ? block_sequence<bf16, float>(pass, b, h) : pass;
+  const bool outputs = !kSegments || p.out != nullptr;  // a segment-sum pass computes the state alone
   const int K = p.key_dim, V = p.value_dim, L = p.length;
   const int state_block = warp % kTcStateRowBlocks, key_half = warp / kTcStateRowBlocks;
   const int state_rows = 16 * state_block, state_key0 = kTcStateKeys * key_half;

@@ -61,15 +61,20 @@ template <class Policy>
 void run_pass(const vl::CudaShape& s, const kla::Pass& p, bool vec, ThreadOrder order) {
   with_chunk(int(s.chunk_size), [&](auto chunk) {
     constexpr int kC = decltype(chunk)::value;
-    if (kla::tensor_core_pass(s.dtype, p.key_dim, p.value_dim)) {
-      const kla::TcLaunch l = kla::tensor_core_launch(p, false);
-      emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order}, kla::pass_tensor_core_forward<kC, Policy>, p,
-                        vec);
-    } else {
-      const dim3 grid(unsigned((p.value_dim + kla::kGenericTileV - 1) / kla::kGenericTileV), unsigned(p.batch * p.heads * p.segments));
-      emulation::launch({grid, dim3(kla::kGenericThreads), kla::generic_smem_bytes<float>(p.key_dim, kC), order},
-                        kla::pass_generic<float, float, kC, Policy>, p);
-    }
+    const auto with_instance = [&](auto segments) {  // the kernels' segment instantiation, as the launcher picks it
+      constexpr bool kSegments = decltype(segments)::value;
+      if (kla::tensor_core_pass(s.dtype, p.key_dim, p.value_dim)) {
+        const kla::TcLaunch l = kla::tensor_core_launch(p, false);
+        emulation::launch({l.grid, dim3(unsigned(l.threads)), l.shared_bytes, order},
+                          kla::pass_tensor_core_forward<kC, Policy, kSegments>, p, vec);
+      } else {
+        const dim3 grid(unsigned((p.value_dim + kla::kGenericTileV - 1) / kla::kGenericTileV), unsigned(p.batch * p.heads * p.segments));
+        emulation::launch({grid, dim3(kla::kGenericThreads), kla::generic_smem_bytes<float>(p.key_dim, kC), order},
+                          kla::pass_generic<float, float, kC, Policy, kSegments>, p);
+      }
+    };
+    if (kla::over_segments(p)) with_instance(std::true_type{});
+    else with_instance(std::false_type{});
   });
 }
 
