@@ -19,9 +19,8 @@ TEST(ContextParallelGpu, InProcessRanksMatchOracle) {
       const CudaCase c = verify::linear_attention::make_case(s, seed++);
       Kernels kernels;
       kernels.forward = [ranks](const kla::ForwardParams& p) {
-        const int run = (p.length + ranks - 1) / ranks;
-        auto group = std::make_shared<cp::InProcessGroup>((p.length + run - 1) / run);
-        run_ranks(p, ranks, [](int) { return 0; }, [group](int r, int) { return group->member(r); });
+        auto group = std::make_shared<cp::InProcessGroup>(rank_count(p.length, ranks));
+        run_ranks(p, ranks, [](int) { return 0; }, [group](int r, int) { return group->member(r); }, [&p](int) { return p; });
       };
       const std::string failure = failures(c, kernels);
       EXPECT_TRUE(failure.empty()) << "ranks=" << ranks << ": " << failure;

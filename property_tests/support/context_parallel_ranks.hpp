@@ -39,11 +39,21 @@ inline kla::ForwardParams run_of(const kla::ForwardParams& p, int r, int run, in
   return local;
 }
 
-// A forward hook for check_forward: the ranks as threads, rank r on device device_of(r) with its own stream and
-// its exchange from make(r); exceptions of any rank rethrown.
+// The ranks a sequence of `length` tokens is split over when `requested`: ⌈length / requested⌉ tokens each, and no
+// rank without tokens.
+inline int run_length(int length, int requested) { return (length + requested - 1) / requested; }
+inline int rank_count(int length, int requested) {
+  const int run = run_length(length, requested);
+  return (length + run - 1) / run;
+}
+
+// A forward hook for check_forward: the ranks as threads, rank r on device device_of(r) with its own stream, its
+// exchange from make(r), and the tensors params_of(r) (p's, or copies of them on its device); exceptions of any
+// rank rethrown.
 using ExchangeFactory = std::function<std::unique_ptr<cp::Exchange>(int rank, int ranks)>;
-inline void run_ranks(const kla::ForwardParams& p, int requested, const std::function<int(int)>& device_of, const ExchangeFactory& make) {
-  const int run = (p.length + requested - 1) / requested, ranks = (p.length + run - 1) / run;  // no rank without tokens
+inline void run_ranks(const kla::ForwardParams& p, int requested, const std::function<int(int)>& device_of, const ExchangeFactory& make,
+                      const std::function<kla::ForwardParams(int)>& params_of) {
+  const int run = run_length(p.length, requested), ranks = rank_count(p.length, requested);
   std::vector<std::exception_ptr> errors(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
@@ -53,7 +63,7 @@ inline void run_ranks(const kla::ForwardParams& p, int requested, const std::fun
         cudaStream_t stream;
         cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
         const std::unique_ptr<cp::Exchange> exchange = make(r, ranks);
-        cp::linear_attention_forward(run_of(p, r, run, ranks), *exchange, stream);
+        cp::linear_attention_forward(run_of(params_of(r), r, run, ranks), *exchange, stream);
         cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         cuda::check(cudaStreamDestroy(stream), "cudaStreamDestroy");
       } catch (...) {
