@@ -313,8 +313,14 @@ struct KernelRun {
 // Every entry rounded to bf16 (an operand as the tensor cores take it).
 Eigen::MatrixXf bf16_operand(const Eigen::MatrixXf& m) { return m.unaryExpr([](float x) { return float(round_bf16(x)); }); }
 
-KernelRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta, Index C, bool bf16_state,
-                const MatrixD& h0) {
+// One head walked as a chunk kernel walks it: for each chunk of C tokens from a, step(a, Q, K, V, S) (the chunk's
+// rows and the state it starts from, in fp32) gives the chunk's outputs O and the values V̄ it writes; then
+// S += V̄ᵀ K, in fp32 or rounded to bf16 at every chunk's end. o is stored in bf16, ht is the last state.
+struct ChunkStep {
+  Eigen::MatrixXf O, written;
+};
+template <class Step>
+KernelRun walk_chunks(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state, const MatrixD& h0, Step step) {
   using MF = Eigen::MatrixXf;
   const Index L = q.rows(), DK = k.cols(), DV = v.cols();
   MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
@@ -323,6 +329,22 @@ KernelRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const 
   for (Index a = 0; a < L; a += C) {
     const Index n = std::min(C, L - a);
     const MF K = k.middleRows(a, n).cast<float>(), V = v.middleRows(a, n).cast<float>(), Q = q.middleRows(a, n).cast<float>();
+    const ChunkStep c = step(a, Q, K, V, S);
+    for (Index i = 0; i < n; ++i)
+      for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(c.O(i, d));
+    S = S + c.written.transpose() * K;
+    if (bf16_state) S = bf16_operand(S);
+  }
+  for (Index i = 0; i < DV; ++i)
+    for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
+  return out;
+}
+
+KernelRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const VectorD& beta, Index C, bool bf16_state,
+                    const MatrixD& h0) {
+  using MF = Eigen::MatrixXf;
+  return walk_chunks(q, k, v, C, bf16_state, h0, [&](Index a, const MF& Q, const MF& K, const MF& V, const MF& S) {
+    const Index n = K.rows();
     const Eigen::VectorXf b = beta.segment(a, n).cast<float>();
     MF A = (b.asDiagonal() * (K * K.transpose())).eval();
     A.triangularView<Eigen::Upper>().setZero();
@@ -334,15 +356,8 @@ KernelRun wy_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, const 
     const MF Vbar = bf16_operand(U - W * s_op.transpose());
     MF P = Q * K.transpose();
     P.triangularView<Eigen::StrictlyUpper>().setZero();
-    const MF O = Q * s_op.transpose() + bf16_operand(P) * Vbar;
-    for (Index i = 0; i < n; ++i)
-      for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
-    S = S + Vbar.transpose() * K;
-    if (bf16_state) S = bf16_operand(S);
-  }
-  for (Index i = 0; i < DV; ++i)
-    for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
-  return out;
+    return ChunkStep{Q * s_op.transpose() + bf16_operand(P) * Vbar, Vbar};
+  });
 }
 
 // One head: inputs rounded to bf16, the WY kernel's outputs as the case's result (bhld).
@@ -474,24 +489,11 @@ TEST(JudgeWy, ResultBeyondTheDtypesRangeIsInconclusive) {
 
 KernelRun linear_kernel(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state, const MatrixD& h0) {
   using MF = Eigen::MatrixXf;
-  const Index L = q.rows(), DK = k.cols(), DV = v.cols();
-  MF S = h0.size() ? MF(h0.cast<float>()) : MF(MF::Zero(DV, DK));
-  KernelRun out;
-  out.o.assign(size_t(L * DV), 0.0);
-  for (Index a = 0; a < L; a += C) {
-    const Index n = std::min(C, L - a);
-    const MF K = k.middleRows(a, n).cast<float>(), V = v.middleRows(a, n).cast<float>(), Q = q.middleRows(a, n).cast<float>();
+  return walk_chunks(q, k, v, C, bf16_state, h0, [](Index, const MF& Q, const MF& K, const MF& V, const MF& S) {
     MF P = Q * K.transpose();
     P.triangularView<Eigen::StrictlyUpper>().setZero();
-    const MF O = Q * bf16_operand(S).transpose() + bf16_operand(P) * V;
-    for (Index i = 0; i < n; ++i)
-      for (Index d = 0; d < DV; ++d) out.o[size_t((a + i) * DV + d)] = round_bf16(O(i, d));
-    S = S + V.transpose() * K;
-    if (bf16_state) S = bf16_operand(S);
-  }
-  for (Index i = 0; i < DV; ++i)
-    for (Index j = 0; j < DK; ++j) out.ht.push_back(S(i, j));
-  return out;
+    return ChunkStep{Q * bf16_operand(S).transpose() + bf16_operand(P) * V, V};
+  });
 }
 
 std::pair<KernelCase, KernelResult> linear_case(const MatrixD& q, const MatrixD& k, const MatrixD& v, Index C, bool bf16_state,
