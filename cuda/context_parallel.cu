@@ -62,5 +62,4 @@ void InProcessGroup::arrive_and_wait() {
   all_arrived_.wait(lock, [&] { return generation_ != generation; });
 }
 
-
 }  // namespace deltaproof::cuda::context_parallel
