@@ -3,7 +3,8 @@
 // too (WY preparation, state scan + output), the backward (all four stages, each stage alone), a
 // training step's forward + backward (the forward keeping what the backward's first kernel computes, and
 // each half alone; the inference forward + the recomputing backward beside it), and decode of one token
-// at B=64, H=16, D=128 with an fp32 state. Timing:
+// at B=64, H=16, D=128 with an fp32 state; the forward at long context with few heads (B = 1), one walk against
+// segments. Timing:
 // CUDA events around each launch (UseManualTime), 60 repetitions of one launch each, median
 // reported; two input sets alternate so that a launch never finds its inputs in L2 (each set is
 // far larger than the 50 MB L2). Data random and never zero: keys normalized in expectation
@@ -94,6 +95,36 @@ void forward_benchmark(benchmark::State& state, Stage stage) {
 void BM_DeltaRuleForward(benchmark::State& state) { forward_benchmark(state, Stage::forward); }
 void BM_DeltaRuleWyPrepare(benchmark::State& state) { forward_benchmark(state, Stage::prepare); }
 void BM_DeltaRuleChunkScan(benchmark::State& state) { forward_benchmark(state, Stage::scan); }
+
+// Long context with few heads: B = 1, D = 128, C = 64, H heads, 2^log2L tokens, DeltaNet or Gated DeltaNet, the
+// forward as one walk per sequence (segments = 1) or over the segments the launcher chooses (0). One input set,
+// sized for the largest shape (16 GiB of bf16 q, k, v, o): at these lengths no input stays in L2 between launches.
+void BM_DeltaRuleLongForward(benchmark::State& state) {
+  const int H = static_cast<int>(state.range(0)), L = 1 << state.range(1), segments = static_cast<int>(state.range(3));
+  const bool gated = state.range(2) != 0;
+  constexpr int kMaxHeads = 16, kMaxLength = 1 << 20;
+  static void *q = nullptr, *k, *v, *beta, *gate, *o, *final_state, *workspace;
+  const auto params = [&](int heads, int length) {
+    kdr::ForwardParams p;
+    p.dtype = DType::bf16, p.batch = 1, p.heads = heads, p.length = length, p.key_dim = kDim, p.value_dim = kDim, p.chunk_size = 64;
+    kdr::set_contiguous_strides(p);
+    return p;
+  };
+  if (!q) {
+    const std::size_t tokens = std::size_t{kMaxHeads} * kMaxLength, n = tokens * kDim;
+    q = device_bf16(n, 0.02f, 0.15f, true, 701), k = device_bf16(n, 0.02f, 0.15f, true, 702), v = device_bf16(n, 0.25f, 1.f, true, 703);
+    beta = device_bf16(tokens, 0.25f, 1.f, false, 704), gate = device_f32(tokens, -0.1f, -0.025f, false, 705);
+    o = device_workspace(n * 2), final_state = device_workspace(std::size_t{kMaxHeads} * kDim * kDim * 4);
+    workspace = device_workspace(kdr::workspace_bytes(params(kMaxHeads, kMaxLength)));
+  }
+  time_launches(state, 1, [&](int) {
+    kdr::ForwardParams p = params(H, L);
+    p.q = q, p.k = k, p.v = v, p.beta = beta, p.log_gate = gated ? static_cast<const float*>(gate) : nullptr;
+    p.output = o, p.final_state = static_cast<float*>(final_state), p.workspace = workspace, p.segments = segments;
+    kdr::forward(p);
+  });
+  state.counters["bytes"] = benchmark::Counter(4.0 * H * L * kDim * 2, benchmark::Counter::kIsIterationInvariantRate);
+}
 
 // ---------------------------------------------------------------------------------------
 // Backward (cuda/delta_rule_backward.cu): its inputs are a forward set's q, k, v, β, g plus dO and
@@ -254,6 +285,9 @@ void BM_DeltaRuleDecodeQueued(benchmark::State& state) { decode_benchmark(state,
 BENCHMARK(BM_DeltaRuleForward)->DELTA_FORWARD_ARGS;
 BENCHMARK(BM_DeltaRuleWyPrepare)->DELTA_FORWARD_ARGS;
 BENCHMARK(BM_DeltaRuleChunkScan)->DELTA_FORWARD_ARGS;
+BENCHMARK(BM_DeltaRuleLongForward)->ArgNames({"H", "log2L", "gated", "segments"})
+    ->ArgsProduct({{2, 4, 8, 16}, {16, 18, 20}, {0, 1}, {1, 0}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(10)->ReportAggregatesOnly(true);
 #define DELTA_BACKWARD_ARGS                                                                                    \
   ArgNames({"C", "gated"})->ArgsProduct({{16, 32, 64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond)       \
       ->Iterations(1)->Repetitions(60)->ReportAggregatesOnly(true)

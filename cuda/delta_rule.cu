@@ -25,6 +25,8 @@
 #include "cuda/decode_kernels.cuh"
 #include "cuda/delta_rule_backward_tensor_core.h"
 #include "cuda/delta_rule_forward_kernels.cuh"
+#include "cuda/delta_rule_segments.cuh"
+#include "cuda/segments.hpp"
 #include "cuda/testing/delta_rule_stages.h"
 
 #include <cstdint>
@@ -83,6 +85,27 @@ ForwardStageParams resolve(const ForwardStageParams& p, std::size_t* bytes) {
   return r;
 }
 
+// Whether the caller gave any of the stage tests' intermediates (the one walk's: segments do not write them).
+bool stage_outputs_given(const ForwardStageParams& p) {
+  return p.w || p.u || p.w_lo || p.u_lo || p.scores || p.wy_system || p.wy_inverse || p.v_new || p.boundary_states;
+}
+
+// Whether the inputs can be walked as segments (ForwardParams::segments): the register scan's, no training
+// buffer, no one-walk intermediate asked for.
+bool segments_take(const ForwardStageParams& p) {
+  return p.saved == nullptr && !stage_outputs_given(p) && register_scan(resolve(p, nullptr));
+}
+
+// The segments forward() walks (folded = 0: the one walk). Validated arguments.
+SegmentLayout segment_layout_of(const ForwardStageParams& p) {
+  if (p.segments == 1 || !segments_take(p)) return {0, p.length, p.length};
+  const int sequences = p.batch * p.heads;
+  if (p.segments > 1) return segment_layout(p.length, choose_segments(p.segments, sequences, p.length, p.chunk_size, 1, 1));
+  // The register scan: one block per 64 value rows, two blocks to an SM.
+  const int blocks = (p.value_dim + kTcSlice - 1) / kTcSlice;
+  return segment_layout(p.length, choose_segments(0, sequences, p.length, p.chunk_size, blocks, 2 * multiprocessor_count()));
+}
+
 void require_shape(DType dtype, int batch, int heads, int length, const char* length_name, int key_dim, int value_dim) {
   require_dtype(dtype, {DType::f32, DType::bf16, DType::f16});
   require_sizes(batch, heads, length, length_name, key_dim, value_dim);
@@ -127,13 +150,29 @@ void validate_stages(const ForwardStageParams& p) {
     require_argument(p.boundary_states == nullptr, "boundary_states",
                      "must be null with saved (the state pass keeps S_[c] there; the tensor-core backward's stages expose it)");
   }
+  require_argument(p.segments >= 0, "segments", "must be >= 0 (0 chooses, 1 is one walk)");
+  if (p.segments > 1) {
+    require_argument(long(p.heads) * p.segments <= kMaxGridRows, "segments", "heads · segments exceeds " + std::to_string(kMaxGridRows));
+    require_argument(segments_take(p), "segments",
+                     "more than one needs the register scan's inputs (bf16 or fp16, key_dim <= 128, key_dim and value_dim "
+                     "multiples of 8, q and k rows 16-byte aligned, output pairs 4-byte aligned), saved null and no "
+                     "one-walk intermediate");
+  }
   std::size_t bytes = 0;
   resolve(p, &bytes);
   require_argument(bytes == 0 || p.workspace != nullptr, "workspace",
                    "must not be null: " + std::to_string(bytes) + " bytes are needed (workspace_bytes)");
+  std::vector<Extent> packed{packed_extent("workspace", p.workspace, bytes, true), packed_extent("saved", p.saved, saved, true)};
+  const bool segment_outputs = p.segment_states || p.segment_transitions || p.segment_incoming;
+  require_argument(!segment_outputs || p.segments > 1, "segment_states", "and the other segment_* are written only with segments > 1");
+  if (segment_outputs) {
+    const SegmentFloats f = segment_floats(p, segment_layout_of(p));
+    packed.push_back(packed_extent("segment_states", p.segment_states, f.states * sizeof(float), true));
+    packed.push_back(packed_extent("segment_transitions", p.segment_transitions, f.transitions * sizeof(float), true));
+    packed.push_back(packed_extent("segment_incoming", p.segment_incoming, f.incoming * sizeof(float), true));
+  }
   const auto tensors = tensors_of(p);
-  require_tensor_arguments(p.batch, p.heads, tensors,
-                           {packed_extent("workspace", p.workspace, bytes, true), packed_extent("saved", p.saved, saved, true)});
+  require_tensor_arguments(p.batch, p.heads, tensors, packed);
   require_device_tensors(tensors);
   if (bytes != 0) require_tensor(p.workspace, workspace_alignment, "workspace");
   if (saved != 0) require_tensor(p.saved, workspace_alignment, "saved");
@@ -260,6 +299,61 @@ void dispatch(const ForwardStageParams& p, cudaStream_t stream) {
   }
 }
 
+// The segments' launches for run_segments (delta_rule_segments.cuh), on the stream.
+template <class T, int C>
+struct SegmentLaunches {
+  cudaStream_t stream;
+  ForwardStageParams resolve(const ForwardStageParams& p) const { return delta_rule::resolve(p, nullptr); }
+  void prepare(const ForwardStageParams& p) const { prepare_typed<T, C>(p, stream); }
+  void scan(const ForwardStageParams& p, Summary summary) const {
+    const dim3 grid((p.value_dim + kTcSlice - 1) / kTcSlice, p.batch * p.heads);
+    const std::string suffix = "<" + name_of(p.dtype) + ", C=" + std::to_string(C) + ">";
+    if (summary == Summary::state)
+      launch(for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, false, Summary::state>,
+                       chunk_scan_registers_kernel<T, C, false, false, Summary::state>),
+             grid, kTcScanThreads, tc_scan_layout(C).bytes, stream, "chunk_scan_registers_kernel<Summary::state>" + suffix, p,
+             StatePassOutputs{});
+    else if (summary == Summary::transition)
+      launch(for_gates(p.log_gate, chunk_scan_registers_kernel<T, C, true, false, Summary::transition>,
+                       chunk_scan_registers_kernel<T, C, false, false, Summary::transition>),
+             grid, kTcScanThreads, tc_scan_layout(C).bytes, stream, "chunk_scan_registers_kernel<Summary::transition>" + suffix,
+             p, StatePassOutputs{});
+    else
+      scan_typed<T, C>(p, stream);  // the register scan: the segments take its inputs alone
+  }
+  void segment_scan(const SegmentScan& s) const {
+    launch(segment_scan_kernel<>, dim3((s.value_dim + kSegmentScanRows - 1) / kSegmentScanRows, s.heads), kSegmentScanThreads,
+           segment_scan_shared_bytes(s.key_dim), stream, "segment_scan_kernel", s);
+  }
+};
+
+// The forward over segments: the segment_* intermediates not given from the stream's pool.
+template <class T, int C>
+void segments_typed(const ForwardStageParams& p, const SegmentLayout& layout, cudaStream_t stream) {
+  if constexpr (kTensorCore<T>) {
+    // The runs' W, U and scores in the caller's workspace where it holds them (runs of whole chunks), else pooled too.
+    std::size_t runs = 0, given = 0;
+    resolve(segment_view(p, 0, 0, layout.folded, layout.length), &runs);
+    resolve(p, &given);
+    const SegmentFloats floats = segment_floats(p, layout);
+    void* workspace = p.workspace;
+    const auto carve = [&](WorkspaceCarver& c, ForwardStageParams& q) {
+      if (runs > given) workspace = c.take(nullptr, runs);
+      q.segment_states = static_cast<float*>(c.take(p.segment_states, floats.states * sizeof(float)));
+      q.segment_transitions = static_cast<float*>(c.take(p.segment_transitions, floats.transitions * sizeof(float)));
+      q.segment_incoming = static_cast<float*>(c.take(p.segment_incoming, floats.incoming * sizeof(float)));
+    };
+    ForwardStageParams q = p;
+    WorkspaceCarver sizing(nullptr);
+    carve(sizing, q);
+    const StreamMemory memory(sizing.bytes(), stream, "the segments' states");
+    WorkspaceCarver carver(memory.data);
+    carve(carver, q);
+    SegmentLaunches<T, C> launches{stream};
+    run_segments(q, layout, workspace, launches);
+  }
+}
+
 template <class T, int C>
 struct PrepareOp {
   static void run(const ForwardStageParams& p, cudaStream_t stream) { prepare_typed<T, C>(p, stream); }
@@ -352,6 +446,19 @@ void chunk_scan(const ForwardStageParams& p, cudaStream_t stream) {
 
 void forward(const ForwardStageParams& p, cudaStream_t stream) {
   validate_stages(p);
+  if (const SegmentLayout layout = segment_layout_of(p); layout.folded > 0) {
+    const auto by_chunk = [&](auto type_tag) {
+      using T = decltype(type_tag);
+      switch (p.chunk_size) {
+        case 16: return segments_typed<T, 16>(p, layout, stream);
+        case 32: return segments_typed<T, 32>(p, layout, stream);
+        default: return segments_typed<T, 64>(p, layout, stream);
+      }
+    };
+    if (p.dtype == DType::bf16) by_chunk(__nv_bfloat16{});
+    else by_chunk(__half{});
+    return;
+  }
   const ForwardStageParams r = resolve(p, nullptr);
   dispatch<PrepareOp>(r, stream);
   if (r.saved != nullptr) dispatch<TrainingScanOp>(r, stream);

@@ -113,6 +113,15 @@ struct ForwardParams {
   // Training: saved_bytes(p) bytes (256-byte aligned) where the forward also keeps what the backward would
   // recompute (its first two kernels' T = A⁻¹, W, U, S_[c] and V̄), for BackwardParams::saved; null: nothing kept.
   void* saved = nullptr;
+  // Each sequence walked as `segments` runs of ceil(L / segments) tokens at once (docs/context_parallel.md; the
+  // last run the remainder, none empty): each run's transition P and state summary X (the register scan's state
+  // chain, from I and from 0), the states entering the runs (S_in(r + 1) = S_in(r) P_r + X_r from S_0), then each
+  // run from its incoming state. 0 chooses from B·H, L and the GPU's SM count (one run unless the sequences leave
+  // half the GPU idle); 1 is one walk. More than one needs the register scan's inputs (16-bit, DK ≤ 128, DK and DV
+  // multiples of 8, its alignments) and saved null; where they do not hold, 0 means 1. H·segments ≤ 65535.
+  // The runs' states from the stream's memory pool, B·H·((R − 1)·(2·DV + DK) + DV)·DK floats; their W, U and
+  // scores in the workspace (from the pool too where runs not of whole chunks need more than workspace_bytes).
+  int segments = 0;
 };
 
 struct BackwardParams {

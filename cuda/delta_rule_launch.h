@@ -24,6 +24,10 @@ struct ForwardIntermediates {
   float* wy_inverse = nullptr;       // [B, H, N, C, C] fp32: T = A⁻¹
   float* v_new = nullptr;            // [B, H, L, DV] fp32: V̄ = U − W S_[c]ᵀ
   float* boundary_states = nullptr;  // [B, H, N, DV, DK] fp32: S_[c], the state before chunk c
+  // Over R segments (ForwardParams::segments; cuda/delta_rule_segments.cuh), n = R − 1 summarised runs:
+  float* segment_states = nullptr;       // [B, n, H, DV, DK] fp32: X_r, run r's state from S = 0
+  float* segment_transitions = nullptr;  // [B, n, H, DK, DK] fp32: P_r, run r's transition
+  float* segment_incoming = nullptr;     // [B, n + 1, H, DV, DK] fp32: S_in(r), the state entering run r
 };
 struct ForwardStageParams : ForwardParams, ForwardIntermediates {};
 

@@ -16,6 +16,18 @@ namespace deltaproof::cuda::DELTAPROOF_FORWARD_KERNELS {
 constexpr int kTcScanThreads = 256, kTcSlice = 64, kTcKeys = 128;
 constexpr int kTcLd = kTcKeys + 8, kTcVLd = kTcSlice + 8;  // padded rows: ldmatrix without bank conflicts
 
+// The part's entries of the identity: 1 where row − key = `diagonal` (the part's first row minus its first key), zero
+// elsewhere and past rows_left / keys_left (the transition summary's S_0 = I).
+__device__ __forceinline__ void load_identity_part(float (&S)[8][4], int diagonal, int rows_left, int keys_left, int g, int t) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int r = g + (x / 2) * 8, c = 8 * n + 2 * t + x % 2;
+      S[n][x] = (r < rows_left && c < keys_left && r + diagonal == c) ? 1.0f : 0.0f;
+    }
+}
+
 // A warp's 16 × 64 part of a scan's state (registers, mma accumulator layout: 8 n8 tiles) published
 // as hi + lo to the shared tiles the block's products read (row pitch kTcLd) and, when `out` is given,
 // its hi part (the state rounded once) stored to global memory (`out` at the part's first row and key,
@@ -287,12 +299,21 @@ __device__ __forceinline__ void copy_scores_async(T* dst, const T* src, int tid)
 // S_[c] rounded once and V̄ as a hi + lo pair written for the chunk-gradient kernel (`pairs`, required), and
 // S_[c] in fp32 where the caller asks for the boundary states. Q's buffer holds W_lo, and the two V̄ buffers
 // hold U_hi / U_lo, then the decayed V̄'s hi / lo.
+//
+// Summary != none is a segment's summary (delta_rule_segments.cuh): the state chain alone, no Q, no scores, no
+// output, the final state written. Summary::state starts from p.initial_state (null: 0) and reads U: the
+// segment's X. Summary::transition starts from the identity (p.value_dim = DK rows) and takes U ≡ 0 (U is not
+// read): the segment's transition P = M_first ⋯ M_last, gates included. Each is the one-walk scan's state
+// arithmetic bit for bit, on those inputs.
 struct StatePassOutputs {
   void* s;            // [B, H, N, DV, DK] dtype: S_[c] rounded once (what the chunk gradients read)
   void *v_hi, *v_lo;  // [B, H, L, DV] dtype: V̄ = v_hi + v_lo
 };
-template <class T, int C, bool Gated, bool StatePass = false>
+enum class Summary { none, state, transition };
+template <class T, int C, bool Gated, bool StatePass = false, Summary kSummary = Summary::none>
 __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel(ForwardStageParams p, StatePassOutputs pairs) {
+  static_assert(!(StatePass && kSummary != Summary::none), "a summary is a forward scan");
+  constexpr bool kOutput = kSummary == Summary::none, kReadsU = kSummary != Summary::transition;
   constexpr int kRowBlocks = C / 16;                                                  // 16-row blocks of a chunk
   constexpr int kColumnGroups = 8 / kRowBlocks < 4 ? 8 / kRowBlocks : 4;             // output warps per row block
   constexpr int kOutTiles = kTcSlice / 8 / kColumnGroups;                            // n8 tiles per output warp
@@ -362,10 +383,13 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
     return state ? state + s.head_offset(b, h) + (v0 + state_rows) * s.row + state_key0 : nullptr;
   };
   float S[kStateTiles][4];
-  load_state_part(S, state_part_of(p.initial_state, p.initial_state_strides), p.initial_state_strides.row, part_rows_left,
-                  part_keys_left, g, t);
+  if constexpr (kSummary == Summary::transition)
+    load_identity_part(S, v0 + state_rows - state_key0, part_rows_left, part_keys_left, g, t);
+  else
+    load_state_part(S, state_part_of(p.initial_state, p.initial_state_strides), p.initial_state_strides.row, part_rows_left,
+                    part_keys_left, g, t);
 
-  load_rows(q_s, q_or_w_lo, q_or_w_lo_row, 0, min(C, L));
+  if constexpr (kOutput) load_rows(q_s, q_or_w_lo, q_or_w_lo_row, 0, min(C, L));
   load_rows(w_s, w_head, DK, 0, min(C, L));
   load_gates(0, min(C, L));
   for (int chunk = 0; chunk < N; ++chunk) {
@@ -374,9 +398,9 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 
     // (1) K and U in; S_[c] out (state pass: rounded once), and in fp32 when asked; G_i.
     load_rows(k_s, k, p.k_strides.row, t0, size);
-    load_slice(v_new_s, u, token0, size);
+    if constexpr (kReadsU) load_slice(v_new_s, u, token0, size);
     if constexpr (StatePass) load_slice(v_decayed_s, u_lo, token0, size);
-    else load_scores(chunk);
+    else if constexpr (kOutput) load_scores(chunk);
     {
       T* out = nullptr;  // the state pass's S_[c], rounded once
       const std::size_t at = ((static_cast<std::size_t>(head) * N + chunk) * DV + v0 + state_rows) * DK + state_key0;
@@ -404,7 +428,7 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int at = (i0 + g + 8 * half) * kTcVLd + out_col0 + 8 * n + 2 * t;
-          float2 x = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + at));
+          float2 x = kReadsU ? unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_new_s + at)) : float2{0.0f, 0.0f};
           if constexpr (StatePass) {  // U = U_hi + U_lo: exact in fp32
             const float2 lo = unpack_pair<T>(*reinterpret_cast<const unsigned*>(v_decayed_s + at));
             x.x += lo.x, x.y += lo.y;
@@ -450,17 +474,17 @@ __global__ void __launch_bounds__(kTcScanThreads, 2) chunk_scan_registers_kernel
         }
       }
     }
-    if constexpr (!StatePass) if (computes_output) query_state_product<T, Gated>(O, q_s, s_hi, s_lo, gates, i0, out_col0, k_steps, lane);
+    if constexpr (!StatePass && kOutput) if (computes_output) query_state_product<T, Gated>(O, q_s, s_hi, s_lo, gates, i0, out_col0, k_steps, lane);
     __syncthreads();  // V̄ published; Q and W are no longer read
 
     // (3) The next chunk's Q, W and g start loading; O += P V̄; the state update.
     if (chunk + 1 < N) {
       const int next_size = min(C, L - t0 - C);
-      load_rows(q_s, q_or_w_lo, q_or_w_lo_row, t0 + C, next_size);
+      if constexpr (kOutput) load_rows(q_s, q_or_w_lo, q_or_w_lo_row, t0 + C, next_size);
       load_rows(w_s, w_head, DK, t0 + C, next_size);
       load_gates(t0 + C, next_size);
     }
-    if constexpr (!StatePass) if (computes_output) {
+    if constexpr (!StatePass && kOutput) if (computes_output) {
       add_scores_values<T, C>(O, scores_s, v_new_s, row_block, out_col0, lane);
       store_output_rows<T>(O, out + t0 * p.output_strides.row, p.output_strides.row, size, DV, v0, i0, out_col0, lane);
     }

@@ -149,7 +149,7 @@ void linear_attention_forward(const linear_attention::ForwardParams& local, Exch
   const int rank = exchange.rank(), ranks = exchange.size();
   const std::size_t state_bytes = size_of(la::state_dtype(local.dtype));
   const std::size_t bytes = state_bytes * std::size_t(local.batch) * local.heads * local.value_dim * local.key_dim;
-  const la::StreamMemory memory(bytes * (ranks + 2), stream, "the summaries");  // summary, gathered, incoming state
+  const StreamMemory memory(bytes * (ranks + 2), stream, "the summaries");  // summary, gathered, incoming state
   char* base = static_cast<char*>(memory.data);
   void *summary = base, *gathered = base + bytes, *incoming = base + bytes * (ranks + 1);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/linear_attention_passes.cuh"
+#include "cuda/segments.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -110,26 +111,6 @@ TcLaunch tensor_core_launch(const Pass& p, bool fused_dk_dv) {
 // initial state, every segment's final state kept: Σ v kᵀ over its tokens), their exclusive scan from S_0
 // in the pass's direction, then the pass itself from each segment's incoming state. `sums` and
 // `incoming` each hold B·H·R states of the pass (rows × cols, the accumulation type), packed.
-
-constexpr long kMaxGridRows = 65535;  // gridDim.y: B·H·R blocks rows
-
-struct Segmentation {
-  int segments = 1, length = 0;  // `segments` runs of `length` tokens (the last ones shorter or empty)
-};
-
-// `requested` segments of ceil(L / requested) tokens; 0: chosen for a GPU with `slots` blocks resident at
-// once, each sequence taking `blocks_per_sequence`: one segment while the sequences fill half the GPU,
-// else enough to fill it, each at least 8 chunks long and a whole number of chunks.
-[[maybe_unused]] Segmentation choose_segments(int requested, int sequences, int length, int chunk, int blocks_per_sequence, int slots) {
-  if (requested > 0) return {requested, requested == 1 ? length : (length + requested - 1) / requested};
-  const long busy = long(sequences) * blocks_per_sequence;
-  const long by_width = busy > 0 ? slots / busy : 1, by_length = length / (8L * chunk);
-  const long by_grid = sequences > 0 ? kMaxGridRows / sequences : 1;
-  const long segments = std::min({by_width, by_length, by_grid});
-  if (2 * busy > slots || segments < 2) return {1, length};
-  const long per = (length + segments - 1) / segments, rounded = (per + chunk - 1) / chunk * chunk;
-  return {int((length + rounded - 1) / rounded), int(rounded)};
-}
 
 struct SegmentedPass {
   Pass sums, pass;
@@ -259,26 +240,12 @@ void run_scan(const SegmentScan& s, DType dtype, cudaStream_t stream) {
 Segmentation segmentation_on_device(const Pass& p, DType dtype, int requested) {
   if (p.boundary) return {1, p.length};  // validated: boundary states take one segment
   if (requested > 0) return choose_segments(requested, p.batch * p.heads, p.length, p.chunk_size, 1, 1);
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const int sms = multiprocessor_count();
   const bool tc = tensor_core_pass(dtype, p.key_dim, p.value_dim);
   // A tensor-core block fills an SM; the generic kernel's blocks (one per 32 value columns) fit about two.
   const int blocks = tc ? 1 : (p.value_dim + kGenericTileV - 1) / kGenericTileV;
   return choose_segments(0, p.batch * p.heads, p.length, p.chunk_size, blocks, tc ? sms : 2 * sms);
 }
-
-// Scratch memory from the stream's pool, given back in stream order, also when a launch throws.
-struct StreamMemory {
-  void* data = nullptr;
-  cudaStream_t stream;
-  StreamMemory(std::size_t bytes, cudaStream_t s, const std::string& what) : stream(s) {
-    check(cudaMallocAsync(&data, bytes, stream), "cudaMallocAsync for " + what);
-  }
-  ~StreamMemory() { cudaFreeAsync(data, stream); }
-  StreamMemory(const StreamMemory&) = delete;
-  StreamMemory& operator=(const StreamMemory&) = delete;
-};
 
 template <class Policy>
 void run_segmented(const Pass& p, Segmentation seg, DType dtype, bool vec, cudaStream_t stream) {

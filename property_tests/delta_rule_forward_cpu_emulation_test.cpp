@@ -6,6 +6,10 @@
 // is what a tensor-core kernel must pass before GPU time is spent on it. mma.sync here sums exactly
 // and truncates once to fp32, the truncating end of the bounds' u_acc; expf is glibc's.
 //
+// The forward over segments (cuda/delta_rule_segments.cuh: the runs' summaries, the states entering them, the runs
+// from there) runs here too, through the launcher's own run_segments, and is held run by run to these one walks
+// (kernel_checks/delta_rule_segments.hpp).
+//
 // Planted bugs: a few tensor-core helpers the kernels call are routed through test wrappers (macros
 // defined only here, before the kernel source is included), which are the helpers themselves
 // unless a test plants a bug in them for the length of one run.
@@ -14,6 +18,9 @@
 
 #include "cuda/delta_rule_launch.h"
 #include "cuda/tensor_core.cuh"
+#include "cuda/arguments.hpp"
+#include "cuda/segments.hpp"
+#include "kernel_checks/delta_rule_segments.hpp"
 #include "kernel_checks/delta_rule_stages.hpp"
 #include "verify/matrix_comparison.hpp"
 
@@ -23,6 +30,9 @@
 #include <cstdint>
 #include <iostream>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -69,6 +79,7 @@ DELTAPROOF_EMULATION_SHARED_MEMORY(smem);  // the kernels' extern __shared__
 // The kernels' source, compiled here under its own namespace (never the nvcc build's launch stubs).
 #define DELTAPROOF_FORWARD_KERNELS forward_kernels_emulated
 #include "cuda/delta_rule_forward_kernels.cuh"
+#include "cuda/delta_rule_segments.cuh"
 #undef ldmatrix_x4
 #undef ldmatrix_x4_trans
 #undef copy_async_wait_all
@@ -251,6 +262,169 @@ TEST(DeltaRuleForwardCpuEmulation, PlantedBugsAreCaught) {
     ADD_FAILURE() << "a missing cp.async wait went unnoticed";
   } catch (const std::runtime_error& e) {
     std::cout << "a missing cp.async wait: " << e.what() << "\n";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Over segments.
+
+struct SegmentPlant {
+  bool reversed_order = false;      // the summaries composed last to first
+  bool ungated_transition = false;  // a transition without the gates' product (Gated DeltaNet)
+};
+struct ReversedOrder {
+  static constexpr bool reversed = true;
+};
+
+// run_segments' launches on the emulated machine.
+template <class T, int C>
+struct EmulatedSegmentLaunches {
+  SegmentPlant plant;
+  ThreadOrder order;
+  std::uint64_t seed;
+  // delta_rule.cu's resolve for the register scan: W, U, then the scores, from the workspace.
+  cuda::delta_rule::ForwardStageParams resolve(const cuda::delta_rule::ForwardStageParams& p) const {
+    const std::size_t heads = std::size_t(p.batch) * p.heads, N = cuda::chunk_count(p.length, C);
+    cuda::WorkspaceCarver carver(p.workspace);
+    cuda::delta_rule::ForwardStageParams r = p;
+    r.w = carver.take(nullptr, heads * p.length * p.key_dim * sizeof(T));
+    r.u = carver.take(nullptr, heads * p.length * p.value_dim * sizeof(T));
+    r.scores = carver.take(nullptr, heads * N * C * C * sizeof(T));
+    return r;
+  }
+  void prepare(const cuda::delta_rule::ForwardStageParams& p) const {
+    const auto kernel = fk::for_gates(p.log_gate, fk::wy_prepare_async_kernel<T, C, true>, fk::wy_prepare_async_kernel<T, C, false>);
+    emulation::launch({dim3(cuda::chunk_count(p.length, C), unsigned(p.batch * p.heads)), dim3(fk::wy_prepare_async_threads(C)),
+                       fk::wy_prepare_async_layout(sizeof(T), C, p.key_dim, p.value_dim).bytes, order, seed},
+                      kernel, p);
+  }
+  void scan(cuda::delta_rule::ForwardStageParams p, fk::Summary summary) const {
+    using fk::Summary;
+    const emulation::Launch config{dim3(unsigned((p.value_dim + fk::kTcSlice - 1) / fk::kTcSlice), unsigned(p.batch * p.heads)),
+                                   dim3(fk::kTcScanThreads), fk::tc_scan_layout(C).bytes, order, seed};
+    if (summary == Summary::transition && plant.ungated_transition) p.log_gate = nullptr;
+    const auto run = [&](auto kernels) { emulation::launch(config, fk::for_gates(p.log_gate, kernels.first, kernels.second), p, fk::StatePassOutputs{}); };
+    using Kernel = void (*)(cuda::delta_rule::ForwardStageParams, fk::StatePassOutputs);
+    if (summary == Summary::state)
+      run(std::pair<Kernel, Kernel>{fk::chunk_scan_registers_kernel<T, C, true, false, Summary::state>,
+                                    fk::chunk_scan_registers_kernel<T, C, false, false, Summary::state>});
+    else if (summary == Summary::transition)
+      run(std::pair<Kernel, Kernel>{fk::chunk_scan_registers_kernel<T, C, true, false, Summary::transition>,
+                                    fk::chunk_scan_registers_kernel<T, C, false, false, Summary::transition>});
+    else
+      run(std::pair<Kernel, Kernel>{fk::chunk_scan_registers_kernel<T, C, true>, fk::chunk_scan_registers_kernel<T, C, false>});
+  }
+  void segment_scan(const fk::SegmentScan& s) const {
+    const emulation::Launch config{dim3(unsigned((s.value_dim + fk::kSegmentScanRows - 1) / fk::kSegmentScanRows), unsigned(s.heads)),
+                                   dim3(fk::kSegmentScanThreads), fk::segment_scan_shared_bytes(s.key_dim), order, seed};
+    if (plant.reversed_order) emulation::launch(config, fk::segment_scan_kernel<ReversedOrder>, s);
+    else emulation::launch(config, fk::segment_scan_kernel<>, s);
+  }
+};
+
+// The forward over `segments` runs on the emulated machine, as testing::forward runs it (its segment_* given).
+SegmentedResult emulate_segments(const DeltaCase& c, const HostInputs& in, int segments, SegmentPlant plant = {},
+                                 ThreadOrder order = ThreadOrder::shuffled) {
+  const DType d = c.dtype;
+  const Index B = c.batch, H = c.heads, L = c.length, DK = c.key_dim, DV = c.value_dim, C = c.chunk;
+  const cuda::SegmentLayout layout = cuda::segment_layout(int(L), cuda::choose_segments(segments, int(B * H), int(L), int(C), 1, 1));
+  if (layout.folded < 1) throw std::invalid_argument("emulate_segments: " + describe(c) + " is one run");
+  const Index n = layout.folded;
+  Tensor q = write("q", in.q, d), k = write("k", in.k, d), v = write("v", in.v, d), beta = write("beta", in.beta, d);
+  Tensor log_gate, initial_state;
+  if (c.gated) log_gate = write("log_gate", in.log_gate, DType::f32);
+  if (c.with_initial_state) initial_state = write("initial_state", in.initial_state, DType::f32);
+  Tensor output("output", d, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
+  Tensor states("segment_states", DType::f32, B, n * H, DV, DK), transitions("segment_transitions", DType::f32, B, n * H, DK, DK);
+  Tensor incoming("segment_incoming", DType::f32, B, (n + 1) * H, DV, DK);
+  // The runs' W, U and scores (the folded runs': the last run needs no more).
+  const std::size_t heads = std::size_t(n * H), chunks = std::size_t(cuda::chunk_count(layout.length, int(C))), es = cuda::size_of(d);
+  const std::size_t bytes = heads * layout.length * (DK + DV) * es + heads * chunks * C * C * es + 3 * cuda::workspace_alignment;
+  Tensor workspace("workspace", DType::f32, 1, 1, 1, Index((bytes + 3) / 4));
+
+  cuda::delta_rule::ForwardStageParams p;
+  p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
+  p.segments = segments;
+  cuda::delta_rule::set_contiguous_strides(p);
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.beta = beta.data();
+  p.log_gate = static_cast<const float*>(log_gate.data()), p.initial_state = static_cast<const float*>(initial_state.data());
+  p.output = output.data(), p.final_state = static_cast<float*>(final_state.data());
+  p.segment_states = static_cast<float*>(states.data()), p.segment_transitions = static_cast<float*>(transitions.data());
+  p.segment_incoming = static_cast<float*>(incoming.data());
+  auto by_chunk = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    const auto run = [&](auto chunk) {
+      EmulatedSegmentLaunches<T, decltype(chunk)::value> launches{plant, order, c.seed};
+      fk::run_segments(p, layout, workspace.data(), launches);
+    };
+    switch (C) {
+      case 16: return run(std::integral_constant<int, 16>{});
+      case 32: return run(std::integral_constant<int, 32>{});
+      default: return run(std::integral_constant<int, 64>{});
+    }
+  };
+  if (d == DType::bf16) by_chunk(__nv_bfloat16{});
+  else by_chunk(__half{});
+  for (const Tensor* input : {&q, &k, &v, &beta, &log_gate, &initial_state}) input->buffer.check_guards();
+  workspace.buffer.check_guards();
+  return {read(output), read(final_state), read(states), read(transitions), read(incoming)};
+}
+
+ForwardResult emulated_one_walk(const DeltaCase& c, const HostInputs& in) { return emulate_forward(c, in); }
+
+struct SegmentCase {
+  DeltaCase c;
+  int segments;
+};
+
+// R ∈ {2, 3, 8, 13}; runs that are not whole chunks; R = 13 at L = 20 (ceil(20/13) = 2 tokens a run: ten runs, the
+// last three requested ones empty); two sequences; both dtypes, gates and S_0 each way; one and two value slices.
+std::vector<SegmentCase> segment_cases() {
+  const struct {
+    Index batch, length, chunk, dk, dv;
+    int segments;
+  } shapes[] = {{1, 3 * 16 + 5, 16, 16, 24, 2}, {2, 2 * 32 + 7, 32, 32, 8, 3}, {1, 20, 16, 8, 16, 13},
+                {1, 8 * 16 + 3, 16, 24, 72, 8}, {2, 64 + 9, 64, 16, 16, 3}, {1, 100, 16, 8, 8, 13}};
+  std::vector<SegmentCase> cases;
+  int i = 0;
+  for (const auto& s : shapes) {
+    DeltaCase c;
+    c.batch = s.batch, c.heads = 2, c.length = s.length, c.chunk = s.chunk, c.key_dim = s.dk, c.value_dim = s.dv;
+    c.dtype = i % 2 ? DType::f16 : DType::bf16, c.gated = i % 3 != 1, c.with_initial_state = i % 2 == 0, c.seed = 900 + i;
+    cases.push_back({c, s.segments});
+    ++i;
+  }
+  return cases;
+}
+
+// Run by run, the segmented forward is the one walk: its summaries, incoming states, outputs and final state as
+// kernel_checks/delta_rule_segments.hpp states, every one walk within its stage bounds.
+TEST(DeltaRuleForwardCpuEmulation, SegmentsAreTheOneWalkRunByRun) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  for (const auto& [c, segments] : segment_cases()) {
+    const HostInputs in = make_inputs(c);
+    const auto rep = check_segments(c, in, segments, emulate_segments(c, in, segments), emulated_one_walk);
+    EXPECT_TRUE(all_agree(rep)) << "segments=" << segments << " " << stage_failures(c, rep);
+    std::cout << describe(c) << " segments=" << segments << "\n  max err/bound: " << worst_per_stage(rep) << "\n";
+  }
+}
+
+// Planted in the segmented forward: the summaries composed in the wrong order, a transition missing the gates'
+// product. Each is caught, by the row that names it.
+TEST(DeltaRuleForwardCpuEmulation, SegmentPlantedBugsAreCaught) {
+  DELTAPROOF_EMULATION_REQUIRE_X86_64();
+  DeltaCase c;
+  c.gated = true, c.length = 3 * 16 + 5, c.chunk = 16, c.key_dim = 16, c.value_dim = 8, c.with_initial_state = true;
+  c.heads = 2, c.seed = 811;
+  const HostInputs in = make_inputs(c);
+  ASSERT_TRUE(all_agree(check_segments(c, in, 4, emulate_segments(c, in, 4), emulated_one_walk)));
+  for (auto [plant, name, row] : {std::tuple{SegmentPlant{true, false}, "summaries composed last to first", "S_in"},
+                                  std::tuple{SegmentPlant{false, true}, "a transition without the gates", "P"}}) {
+    const auto rep = check_segments(c, in, 4, emulate_segments(c, in, 4, plant), emulated_one_walk);
+    bool caught = false;
+    for (const Comparison& r : rep) caught = caught || (r.tensor == row && !r.agrees());
+    EXPECT_TRUE(caught) << name << " passed the " << row << " check";
+    std::cout << name << ": max err/bound " << worst_per_stage(rep) << "\n";
   }
 }
 

@@ -9,6 +9,7 @@
 #include "reference/gated_delta_rule.hpp"
 #include "property_tests/support/case_rules.hpp"
 #include "property_tests/support/delta_rule_gpu_suite.hpp"
+#include "kernel_checks/delta_rule_segments.hpp"
 #include "kernel_checks/delta_rule_stages.hpp"
 #include "kernel_checks/device_tensors.hpp"
 #include "verify/matrix_comparison.hpp"
@@ -272,9 +273,23 @@ TEST(DeltaRuleGpu, ChunkSizesAgree) {
   std::cout << runs << " kernel runs judged, " << inconclusive << " inconclusive (outside a premise of the bounds)\n";
 }
 
-
-
-
+// Over segments (ForwardParams::segments, cuda/delta_rule_segments.cuh): R drawn from {1, 2, 3, 8, 13}, runs that
+// are not whole chunks, requested runs left empty, S_0 each way, held run by run to this GPU's one walk
+// (kernel_checks/delta_rule_segments.hpp: summaries and runs bit for bit, incoming states within their fp32 bound,
+// every one walk within its stage bounds); R = 1 is the one walk's bits.
+TEST(DeltaRuleGpu, SegmentsAreTheOneWalkRunByRun) {
+  DELTAPROOF_REQUIRE_GPU();
+  EXPECT_TRUE(check_cases("each run of the segmented forward is the one walk on that run", 6, [&](void) {
+    DeltaCase c = *gen_case(*rc::gen::arbitrary<bool>(), 200, 64);
+    c.dtype = *rc::gen::element(DType::bf16, DType::f16);  // the register scan's inputs
+    c.key_dim = 8 * *rc::gen::inRange<Index>(1, 9), c.value_dim = 8 * *rc::gen::inRange<Index>(1, 10);
+    const int segments = *rc::gen::element(1, 2, 3, 8, 13);
+    const HostInputs in = make_inputs(c);
+    const auto rows = check_segments(c, in, segments, run_segmented_forward(c, in, segments),
+                                     [](const DeltaCase& run, const HostInputs& run_inputs) { return run_forward(run, run_inputs); });
+    if (!all_agree(rows)) RC_FAIL("segments=" + std::to_string(segments) + " " + failures(c, rows));
+  }));
+}
 
 // The judgement ChunkSizesAgree makes, without a device: the exact oracle's output and final state stored as the
 // kernel stores them (output in the input dtype, final state in fp32) agree at every chunk size, on the shape of
@@ -473,6 +488,13 @@ TEST(DeltaRuleGpu, InvalidArgumentsThrowBeforeAnyLaunch) {
   expect_rejected("beta", [](auto& p) { p.beta = static_cast<const char*>(p.beta) + 1; });
   expect_rejected("final_state", [](auto& p) { p.final_state = nullptr; });
   expect_rejected("log_gate", [&](auto& p) { p.log_gate = host_buffer.data(); });
+  expect_rejected("segments", [](auto& p) { p.segments = -1; });
+  expect_rejected("segments", [](auto& p) { p.segments = 70000; });
+  expect_rejected("segments", [](auto& p) {  // an output off the register scan's 4-byte pairs
+    p.w = p.u = p.scores = nullptr;
+    p.segments = 3, p.output = static_cast<char*>(p.output) + 2;
+  });
+  expect_rejected("segment_states", [](auto& p) { p.segment_states = static_cast<float*>(p.final_state); });
 
   cuda::delta_rule::DecodeParams d;
   d.dtype = c.dtype, d.batch = 1, d.heads = 1, d.tokens = 1, d.key_dim = 300, d.value_dim = 8;

@@ -83,7 +83,7 @@ void run_pass(const vl::CudaShape& s, const kla::Pass& p, bool vec, ThreadOrder 
 template <class Policy>
 void run_segmented(const vl::CudaShape& s, const kla::Pass& p, bool vec, int segments, Tensor& sums, Tensor& incoming,
                    ThreadOrder order, bool scan_backwards = false) {
-  const kla::Segmentation seg = kla::choose_segments(segments, p.batch * p.heads, p.length, p.chunk_size, 1, 1);
+  const cuda::Segmentation seg = cuda::choose_segments(segments, p.batch * p.heads, p.length, p.chunk_size, 1, 1);
   kla::SegmentedPass sp = kla::segmented_pass(p, seg, sums.data(), incoming.data());
   if (scan_backwards) sp.scan.reversed = !sp.scan.reversed;
   run_pass<Policy>(s, sp.sums, vec, order);
