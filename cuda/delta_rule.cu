@@ -103,7 +103,8 @@ SegmentLayout segment_layout_of(const ForwardStageParams& p) {
   if (p.segments > 1) return segment_layout(p.length, choose_segments(p.segments, sequences, p.length, p.chunk_size, 1, 1));
   // The register scan: one block per 64 value rows, two blocks to an SM.
   const int blocks = (p.value_dim + kTcSlice - 1) / kTcSlice;
-  return segment_layout(p.length, choose_segments(0, sequences, p.length, p.chunk_size, blocks, 2 * multiprocessor_count()));
+  const Segmentation seg = choose_segments(0, sequences, p.length, p.chunk_size, blocks, 2 * multiprocessor_count());
+  return segment_layout(p.length, even_segments(seg, p.length, p.chunk_size));  // a last run of its own would walk alone
 }
 
 void require_shape(DType dtype, int batch, int heads, int length, const char* length_name, int key_dim, int value_dim) {
@@ -325,20 +326,29 @@ struct SegmentLaunches {
     launch(segment_scan_kernel<>, dim3((s.value_dim + kSegmentScanRows - 1) / kSegmentScanRows, s.heads), kSegmentScanThreads,
            segment_scan_shared_bytes(s.key_dim), stream, "segment_scan_kernel", s);
   }
+  void copy_state(const StateCopy& c) const {
+    const std::int64_t entries = std::int64_t(c.heads) * c.rows * c.cols;
+    launch(copy_state_kernel, dim3(unsigned((entries + kStateCopyThreads - 1) / kStateCopyThreads)), kStateCopyThreads, 0, stream,
+           "copy_state_kernel", c);
+  }
 };
 
 // The forward over segments: the segment_* intermediates not given from the stream's pool.
 template <class T, int C>
 void segments_typed(const ForwardStageParams& p, const SegmentLayout& layout, cudaStream_t stream) {
   if constexpr (kTensorCore<T>) {
-    // The runs' W, U and scores in the caller's workspace where it holds them (runs of whole chunks), else pooled too.
+    // The runs' W, U and scores in the caller's workspace where it holds them (runs of whole chunks), else pooled too;
+    // the final states of the runs walked together pooled.
     std::size_t runs = 0, given = 0;
-    resolve(segment_view(p, 0, 0, layout.folded, layout.length), &runs);
+    resolve(segment_view(p, 0, 0, runs_walked_together(layout), layout.length), &runs);
     resolve(p, &given);
     const SegmentFloats floats = segment_floats(p, layout);
+    const std::size_t finals_bytes = sizeof(float) * std::size_t(p.heads) * (layout.folded + 1) * p.value_dim * p.key_dim;
     void* workspace = p.workspace;
+    float* finals = nullptr;
     const auto carve = [&](WorkspaceCarver& c, ForwardStageParams& q) {
       if (runs > given) workspace = c.take(nullptr, runs);
+      finals = static_cast<float*>(c.take(nullptr, finals_bytes));
       q.segment_states = static_cast<float*>(c.take(p.segment_states, floats.states * sizeof(float)));
       q.segment_transitions = static_cast<float*>(c.take(p.segment_transitions, floats.transitions * sizeof(float)));
       q.segment_incoming = static_cast<float*>(c.take(p.segment_incoming, floats.incoming * sizeof(float)));
@@ -350,7 +360,7 @@ void segments_typed(const ForwardStageParams& p, const SegmentLayout& layout, cu
     WorkspaceCarver carver(memory.data);
     carve(carver, q);
     SegmentLaunches<T, C> launches{stream};
-    run_segments(q, layout, workspace, launches);
+    run_segments(q, layout, workspace, finals, launches);
   }
 }
 

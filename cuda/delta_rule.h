@@ -119,8 +119,9 @@ struct ForwardParams {
   // run from its incoming state. 0 chooses from B·H, L and the GPU's SM count (one run unless the sequences leave
   // half the GPU idle); 1 is one walk. More than one needs the register scan's inputs (16-bit, DK ≤ 128, DK and DV
   // multiples of 8, its alignments) and saved null; where they do not hold, 0 means 1. H·segments ≤ 65535.
-  // The runs' states from the stream's memory pool, B·H·((R − 1)·(2·DV + DK) + DV)·DK floats; their W, U and
-  // scores in the workspace (from the pool too where runs not of whole chunks need more than workspace_bytes).
+  // The runs' states from the stream's memory pool, B·H·((R − 1)·(2·DV + DK) + DV)·DK + H·R·DV·DK floats; their
+  // W, U and scores in the workspace (from the pool too where runs not of whole chunks need more than
+  // workspace_bytes). 0 prefers runs that divide L's chunks evenly: they are walked in one launch.
   int segments = 0;
 };
 

@@ -6,8 +6,8 @@
 //      I with U ≡ 0: P), every segment at once;
 //   2. segment_scan_kernel: the state entering segment r, S_in(0) = S_0, S_in(r + 1) = S_in(r) P_r + X_r, in fp32
 //      FMA (each entry X_r's entry plus DK products in key order: |error| ≤ γ_DK(2⁻²⁴)·(|S_in(r)| |P_r| + |X_r|));
-//   3. the one-walk register scan of every segment from its S_in (the last one, of its own length, writing the
-//      final state).
+//   3. the one-walk register scan of every segment from its S_in, all in one launch when they are of one length (the
+//      last one's final state copied out), else the last one, of its own length, in a launch of its own.
 // Segments are ceil(L / R) tokens (the launcher's Segmentation), the last one the remainder; a segment is any
 // number of tokens, not a multiple of C. Each step is the one walk's arithmetic on its own inputs, so the kernels'
 // stage checks judge each of them (property_tests/delta_rule_segments_cpu_emulation_test.cpp). Both the
@@ -106,27 +106,49 @@ __global__ void __launch_bounds__(kSegmentScanThreads) segment_scan_kernel(Segme
   }
 }
 
+// Runs walked by the one launch of step 3: every run when all are of one length (the last one's final state then
+// copied out), else all but the last, which takes a launch of its own.
+inline int runs_walked_together(const SegmentLayout& layout) { return layout.tail == layout.length ? layout.folded + 1 : layout.folded; }
+
+// Sequence b's final state, [H, DV, DK] packed, to the caller's strided final_state: one thread per entry.
+struct StateCopy {
+  const float* from = nullptr;
+  float* to = nullptr;
+  Strides to_strides;
+  int b = 0, heads = 0, rows = 0, cols = 0;
+};
+constexpr int kStateCopyThreads = 256;
+__global__ void __launch_bounds__(kStateCopyThreads) copy_state_kernel(StateCopy c) {
+  const std::int64_t e = std::int64_t(blockIdx.x) * kStateCopyThreads + threadIdx.x, per = std::int64_t(c.rows) * c.cols;
+  if (e >= c.heads * per) return;
+  const int h = int(e / per), r = int(e % per / c.cols), col = int(e % c.cols);
+  c.to[c.to_strides.head_offset(c.b, h) + r * c.to_strides.row + col] = c.from[e];
+}
+
 // The launches of one segmented forward, given by the caller (the GPU launcher or the CPU emulation):
 //   resolve(p)                 p with W, U and the scores carved from p.workspace (delta_rule.cu's resolve)
 //   prepare(p)                 stage 1
 //   scan(p, Summary)           the register scan, one walk or a summary
 //   segment_scan(SegmentScan)  step 2
+//   copy_state(StateCopy)      copy_state_kernel
 // p: validated, taking the register scan, `layout.folded` ≥ 1, its segment_* scratch given (segment_floats);
-// `workspace` holds workspace_bytes of the folded view (which the last segment's needs do not exceed).
+// `workspace` holds the resolved view of the runs walked together (run_workspace_view); `finals` H·(n + 1)·DV·DK
+// floats, the final states of the runs walked together.
 template <class Launches>
-void run_segments(const ForwardStageParams& p, const SegmentLayout& layout, void* workspace, Launches& launch) {
-  const int H = p.heads, DK = p.key_dim, DV = p.value_dim, n = layout.folded;
+void run_segments(const ForwardStageParams& p, const SegmentLayout& layout, void* workspace, float* finals, Launches& launch) {
+  const int H = p.heads, DK = p.key_dim, DV = p.value_dim, n = layout.folded, together = runs_walked_together(layout);
   const std::size_t state = std::size_t(DV) * DK, transition = std::size_t(DK) * DK;
   for (int b = 0; b < p.batch; ++b) {
     float* x = p.segment_states + std::size_t(b) * n * H * state;
     float* t = p.segment_transitions + std::size_t(b) * n * H * transition;
     float* incoming = p.segment_incoming + std::size_t(b) * (n + 1) * H * state;
-    ForwardStageParams folded = segment_view(p, b, 0, n, layout.length);
-    folded.workspace = workspace;
-    folded = launch.resolve(folded);
-    launch.prepare(folded);
+    ForwardStageParams runs = segment_view(p, b, 0, together, layout.length);
+    runs.workspace = workspace;
+    runs = launch.resolve(runs);
+    launch.prepare(runs);
 
-    ForwardStageParams summary = folded;  // X_r: from 0, U read
+    ForwardStageParams summary = runs;  // X_r over runs 0..n−1 (a prefix of the prepared runs): from 0, U read
+    summary.batch = n;
     summary.final_state = x, summary.final_state_strides = contiguous(H, DV, DK);
     launch.scan(summary, Summary::state);
     summary.value_dim = DK;  // P_r: from I, U ≡ 0, DK state rows
@@ -135,9 +157,13 @@ void run_segments(const ForwardStageParams& p, const SegmentLayout& layout, void
 
     launch.segment_scan(SegmentScan{x, t, p.initial_state, p.initial_state_strides, incoming, b, n, H, DV, DK});
 
-    folded.initial_state = incoming, folded.initial_state_strides = contiguous(H, DV, DK);  // the final states: not written
-    launch.scan(folded, Summary::none);
-
+    runs.initial_state = incoming, runs.initial_state_strides = contiguous(H, DV, DK);
+    runs.final_state = finals, runs.final_state_strides = contiguous(H, DV, DK);
+    launch.scan(runs, Summary::none);
+    if (together == n + 1) {
+      launch.copy_state(StateCopy{finals + std::size_t(n) * H * state, p.final_state, p.final_state_strides, b, H, DV, DK});
+      continue;
+    }
     ForwardStageParams last = segment_view(p, b, n * layout.length, 1, layout.tail);
     last.initial_state = incoming + std::size_t(n) * H * state, last.initial_state_strides = contiguous(H, DV, DK);
     last.final_state = p.final_state + p.final_state_strides.head_offset(b, 0), last.final_state_strides = p.final_state_strides;

@@ -32,6 +32,16 @@ inline Segmentation choose_segments(int requested, int sequences, int length, in
   return {int((length + rounded - 1) / rounded), int(rounded)};
 }
 
+// For kernels that walk runs of one length in one launch and a shorter last run in a launch of its own (the delta
+// family's): `seg` with as many runs as divide L's whole chunks evenly, when that keeps at least half of them.
+inline Segmentation even_segments(Segmentation seg, int length, int chunk) {
+  if (seg.segments < 2 || length % chunk != 0) return seg;
+  const int chunks = length / chunk;
+  for (int r = seg.segments; 2 * r >= seg.segments && r >= 2; --r)
+    if (chunks % r == 0) return {r, length / r};
+  return seg;
+}
+
 // A sequence of L tokens as Segmentation's runs, none empty: runs 0..folded−1 of `length` tokens each, then the
 // last run of `tail` tokens (1..length). folded = 0: one run.
 struct SegmentLayout {

@@ -320,6 +320,11 @@ struct EmulatedSegmentLaunches {
     if (plant.reversed_order) emulation::launch(config, fk::segment_scan_kernel<ReversedOrder>, s);
     else emulation::launch(config, fk::segment_scan_kernel<>, s);
   }
+  void copy_state(const fk::StateCopy& s) const {
+    const unsigned entries = unsigned(s.heads * s.rows * s.cols);
+    emulation::launch({dim3((entries + fk::kStateCopyThreads - 1) / fk::kStateCopyThreads), dim3(fk::kStateCopyThreads), 0, order, seed},
+                      fk::copy_state_kernel, s);
+  }
 };
 
 // The forward over `segments` runs on the emulated machine, as testing::forward runs it (its segment_* given).
@@ -337,10 +342,11 @@ SegmentedResult emulate_segments(const DeltaCase& c, const HostInputs& in, int s
   Tensor output("output", d, B, H, L, DV), final_state("final_state", DType::f32, B, H, DV, DK);
   Tensor states("segment_states", DType::f32, B, n * H, DV, DK), transitions("segment_transitions", DType::f32, B, n * H, DK, DK);
   Tensor incoming("segment_incoming", DType::f32, B, (n + 1) * H, DV, DK);
-  // The runs' W, U and scores (the folded runs': the last run needs no more).
-  const std::size_t heads = std::size_t(n * H), chunks = std::size_t(cuda::chunk_count(layout.length, int(C))), es = cuda::size_of(d);
+  // The W, U and scores of the runs walked together (the last run alone needs no more); their final states.
+  const std::size_t heads = std::size_t(fk::runs_walked_together(layout) * H), chunks = std::size_t(cuda::chunk_count(layout.length, int(C))), es = cuda::size_of(d);
   const std::size_t bytes = heads * layout.length * (DK + DV) * es + heads * chunks * C * C * es + 3 * cuda::workspace_alignment;
   Tensor workspace("workspace", DType::f32, 1, 1, 1, Index((bytes + 3) / 4));
+  Tensor finals("run_final_states", DType::f32, 1, (n + 1) * H, DV, DK);
 
   cuda::delta_rule::ForwardStageParams p;
   p.dtype = d, p.batch = int(B), p.heads = int(H), p.length = int(L), p.key_dim = int(DK), p.value_dim = int(DV), p.chunk_size = int(C);
@@ -355,7 +361,7 @@ SegmentedResult emulate_segments(const DeltaCase& c, const HostInputs& in, int s
     using T = decltype(type_tag);
     const auto run = [&](auto chunk) {
       EmulatedSegmentLaunches<T, decltype(chunk)::value> launches{plant, order, c.seed};
-      fk::run_segments(p, layout, workspace.data(), launches);
+      fk::run_segments(p, layout, workspace.data(), static_cast<float*>(finals.data()), launches);
     };
     switch (C) {
       case 16: return run(std::integral_constant<int, 16>{});
@@ -378,13 +384,15 @@ struct SegmentCase {
 };
 
 // R ∈ {2, 3, 8, 13}; runs that are not whole chunks; R = 13 at L = 20 (ceil(20/13) = 2 tokens a run: ten runs, the
-// last three requested ones empty); two sequences; both dtypes, gates and S_0 each way; one and two value slices.
+// last three requested ones empty); runs of one length, walked in one launch (L = 8·16 with R = 8; L = 63 with R = 3,
+// runs of 21 tokens at C = 32); two sequences; both dtypes, gates and S_0 each way; one and two value slices.
 std::vector<SegmentCase> segment_cases() {
   const struct {
     Index batch, length, chunk, dk, dv;
     int segments;
   } shapes[] = {{1, 3 * 16 + 5, 16, 16, 24, 2}, {2, 2 * 32 + 7, 32, 32, 8, 3}, {1, 20, 16, 8, 16, 13},
-                {1, 8 * 16 + 3, 16, 24, 72, 8}, {2, 64 + 9, 64, 16, 16, 3}, {1, 100, 16, 8, 8, 13}};
+                {1, 8 * 16 + 3, 16, 24, 72, 8}, {2, 64 + 9, 64, 16, 16, 3}, {1, 100, 16, 8, 8, 13},
+                {2, 8 * 16, 16, 16, 8, 8}, {1, 3 * 21, 32, 8, 24, 3}};
   std::vector<SegmentCase> cases;
   int i = 0;
   for (const auto& s : shapes) {
