@@ -2,6 +2,7 @@
 
 #include "cuda/segments.hpp"
 #include "kernel_checks/device_tensors.hpp"
+#include "reference/delta_rule.hpp"
 #include "reference/scalar.hpp"
 
 #include <cmath>
@@ -96,6 +97,51 @@ Comparison scan_row(Index b, Index run, const Tensor4<Exact>& s, const Tensor4<E
   return row;
 }
 
+// Every S_in(r), r ≥ 1, against the oracle's tree_prefix_scan (reference/delta_rule.hpp) of the kernel's own
+// summaries applied to S_0, in High: the order of composition checked against the oracle's. The kernel's rounding
+// carried through the chain: Ŝ(r + 1) = Ŝ(r) P_r + X_r + δ_r with |δ_r| ≤ γ_DK(2⁻²⁴)(|Ŝ(r)||P_r| + |X_r|) + DK·2⁻¹⁴⁹,
+// so |Ŝ(r) − S(r)| ≤ B(r), B(0) = 0, B(r + 1) = B(r)|P_r| + that (in double, with a relative 1e-12 of room).
+Comparison tree_row(Index b, const Tensor4<Exact>& s0, const Tensor4<Exact>& states, const Tensor4<Exact>& transitions,
+                    const Tensor4<Exact>& incoming, Index n) {
+  using ref::High;
+  Comparison row;
+  row.tensor = "S_in tree", row.batch = b, row.norm = Norm::elementwise;
+  row.formula = "B(r+1) = B(r)|P_r| + γ_DK(2⁻²⁴)(|S_in(r)||P_r| + |X_r|) + DK·2⁻¹⁴⁹ against tree_prefix_scan";
+  const Index H = s0.heads, DV = s0.rows, DK = s0.cols;
+  const double unit = ref::gamma(long(DK), 0x1p-24);
+  for (Index h = 0; h < H; ++h) {
+    std::vector<ref::delta_rule::AffineMap<High>> maps;
+    std::vector<Matrix<double>> p_abs, x_abs;
+    for (Index r = 0; r < n; ++r) {
+      const Matrix<Exact> p = run_block(transitions, b, r, H).head(0, h), x = run_block(states, b, r, H).head(0, h);
+      maps.push_back({ref::matrix_cast<High>(p), ref::matrix_cast<High>(x)});
+      p_abs.push_back(ref::matrix_cast<double>(p).cwiseAbs()), x_abs.push_back(ref::matrix_cast<double>(x).cwiseAbs());
+    }
+    const auto prefix = ref::delta_rule::tree_prefix_scan(maps);
+    const Matrix<High> start = ref::matrix_cast<High>(s0.head(0, h));
+    Matrix<double> bound = Matrix<double>::Zero(DV, DK);
+    for (Index r = 0; r < n; ++r) {
+      const Matrix<double> before = ref::matrix_cast<double>(run_block(incoming, b, r, H).head(0, h)).cwiseAbs();
+      bound = (bound * p_abs[size_t(r)] + unit * (before * p_abs[size_t(r)] + x_abs[size_t(r)])) * (1 + 1e-12);
+      bound.array() += double(DK) * 0x1p-149;
+      const Matrix<High> exact = start * prefix[size_t(r)].transition + prefix[size_t(r)].write;
+      const Matrix<Exact> got = run_block(incoming, b, r + 1, H).head(0, h);
+      for (Index i = 0; i < DV; ++i)
+        for (Index j = 0; j < DK; ++j) {
+          const double error = ref::to_double(High(High(got(i, j)) - exact(i, j)));
+          const double ratio = std::abs(error) / bound(i, j);
+          ++row.count;
+          row.max_abs = std::max(row.max_abs, std::abs(ref::to_double(got(i, j))));
+          if (ratio > row.ratio || row.count == 1) {
+            row.ratio = ratio, row.error = std::abs(error), row.bound = bound(i, j), row.reference = ref::to_double(exact(i, j));
+            row.head = h, row.chunk = r + 1, row.index = {i, j};
+          }
+        }
+    }
+  }
+  return row;
+}
+
 }  // namespace
 
 std::vector<Comparison> check_segments(const DeltaCase& c, const HostInputs& in, int segments, const SegmentedResult& r,
@@ -144,6 +190,7 @@ std::vector<Comparison> check_segments(const DeltaCase& c, const HostInputs& in,
       rows.push_back(scan_row(b, run, win.initial_state, run_block(r.transitions, b, run, H), run_block(r.states, b, run, H),
                               run_block(r.incoming, b, run + 1, H)));
     }
+    if (n > 0) rows.push_back(tree_row(b, s0, r.states, r.transitions, r.incoming, n));
   }
   return rows;
 }

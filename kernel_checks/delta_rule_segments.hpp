@@ -5,6 +5,8 @@
 //     transition P_r the one walk's final state on run r with v = 0 (DK value rows) from S = I;
 //   * the incoming states: S_in(0) = S_0 bit for bit; S_in(r + 1) against S_in(r) P_r + X_r on the kernel's own
 //     values within γ_DK(2⁻²⁴)·(|S_in(r)| |P_r| + |X_r|) entrywise (fp32 FMA from X_r, DK products in key order);
+//     and every S_in(r) against the oracle's tree_prefix_scan of the kernel's summaries applied to S_0 (High),
+//     within that rounding carried through the chain (the composition order is the oracle's);
 //   * the runs: every run's output, and the last run's final state, bit for bit the one walk's on that run from
 //     its S_in;
 // and every one walk named above is judged stage by stage (check_stages) against the oracle.
@@ -26,7 +28,7 @@ struct SegmentedResult {
 // The one-walk forward with every intermediate (run_forward on a GPU; the CPU emulation's own run).
 using OneWalk = std::function<ForwardResult(const DeltaCase&, const HostInputs&)>;
 
-// One row per check above: "X", "P", "S_in", "output", "final_state" (bit-for-bit rows: bound 0), then the stage
+// One row per check above: "X", "P", "S_in", "S_in tree", "output", "final_state" (bit-for-bit rows: bound 0), then the stage
 // rows of every one walk, the stage named after its walk ("X S_next", "P T", "run O", …), batch the sequence's.
 std::vector<Comparison> check_segments(const DeltaCase& c, const HostInputs& in, int segments, const SegmentedResult& r,
                                        const OneWalk& one_walk);
