@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/linear_attention_passes.cuh"
+#include "cuda/linear_attention_segment_kernels.cuh"
 #include "cuda/segments.hpp"
 
 #include <algorithm>
