@@ -417,6 +417,35 @@ TEST(DeltaRuleForwardCpuEmulation, SegmentsAreTheOneWalkRunByRun) {
   }
 }
 
+// The runs the launcher walks (cuda/segments.hpp), for every L ≤ 300, requested R ≤ 20 and C: they cover the sequence
+// exactly, none empty, at most R of them. The automatic choice at long L (slots for 2..300 runs): where
+// even_segments changes it, the new count divides L's chunks, keeps at least half the runs, and every run then has
+// one length (walked in one launch).
+TEST(DeltaRuleForwardCpuEmulation, SegmentLayoutsCoverTheSequence) {
+  for (int chunk : {16, 32, 64}) {
+    for (int L = 1; L <= 300; ++L)
+      for (int R = 1; R <= 20; ++R) {
+        const cuda::SegmentLayout s = cuda::segment_layout(L, cuda::choose_segments(R, 1, L, chunk, 1, 1));
+        ASSERT_TRUE(s.folded >= 0 && s.tail >= 1 && s.tail <= s.length && s.folded + 1 <= R) << L << " " << R;
+        ASSERT_EQ(std::int64_t(s.folded) * s.length + s.tail, L) << L << " " << R;
+      }
+    int changed = 0;
+    for (int L : {1 << 16, 1 << 18, 1 << 20, 3 * (1 << 16), 100000, (1 << 20) + 37})
+      for (int slots = 2; slots <= 300; ++slots) {
+        const cuda::Segmentation chosen = cuda::choose_segments(0, 1, L, chunk, 1, slots);
+        const cuda::Segmentation even = cuda::even_segments(chosen, L, chunk);
+        const cuda::SegmentLayout s = cuda::segment_layout(L, even);
+        ASSERT_EQ(std::int64_t(s.folded) * s.length + s.tail, L);
+        if (even.segments == chosen.segments) continue;
+        ++changed;
+        ASSERT_TRUE(L % chunk == 0 && (L / chunk) % even.segments == 0 && 2 * even.segments >= chosen.segments) << L << " " << slots;
+        ASSERT_EQ(s.tail, s.length) << L << " " << slots;
+        ASSERT_EQ(s.folded + 1, even.segments);
+      }
+    EXPECT_GT(changed, 0) << "even_segments never changed a choice";
+  }
+}
+
 // Planted in the segmented forward: the summaries composed in the wrong order, a transition missing the gates'
 // product. Each is caught, by the row that names it.
 TEST(DeltaRuleForwardCpuEmulation, SegmentPlantedBugsAreCaught) {
