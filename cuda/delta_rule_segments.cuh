@@ -1,7 +1,7 @@
 // DeltaNet / Gated DeltaNet over segments on one GPU (docs/context_parallel.md): a sequence cut into segments that
 // are walked at once. Token t maps the state by S ↦ S M_t + X_t (M_t = α_t (I − β_t k_t k_tᵀ)), so a segment
 // maps it by S ↦ S P + X with its transition P = M_first ⋯ M_last and its state summary X (the state it leaves
-// from S = 0). Per sequence, after one prepare (W, U, scores) of the segments but the last:
+// from S = 0). Per sequence, after one prepare (W, U, scores) of the segments walked together (below):
 //   1. the summaries: the register scan's state chain alone (Summary::state from 0: X; Summary::transition from
 //      I with U ≡ 0: P), every segment at once;
 //   2. segment_scan_kernel: the state entering segment r, S_in(0) = S_0, S_in(r + 1) = S_in(r) P_r + X_r, in fp32
@@ -10,8 +10,9 @@
 //      last one's final state copied out), else the last one, of its own length, in a launch of its own.
 // Segments are ceil(L / R) tokens (the launcher's Segmentation), the last one the remainder; a segment is any
 // number of tokens, not a multiple of C. Each step is the one walk's arithmetic on its own inputs, so the kernels'
-// stage checks judge each of them (property_tests/delta_rule_segments_cpu_emulation_test.cpp). Both the
-// launcher (delta_rule.cu) and the CPU emulation run `run_segments` below, each with its own launches.
+// stage checks judge each of them (kernel_checks/delta_rule_segments.hpp). Both the launcher (delta_rule.cu) and the
+// CPU emulation (property_tests/delta_rule_forward_cpu_emulation_test.cpp) run `run_segments` below, each with its
+// own launches.
 #pragma once
 
 #include "cuda/delta_rule_forward_kernels.cuh"
