@@ -4,7 +4,7 @@
 #   bash bench/gpu/run.sh [PHASE...]        from the repository root; no phase: suites bench cli
 #
 # Phases:
-#   suites    every GPU test (ctest label gpu, the long ones left out) with CI's seed
+#   suites    every GPU test (ctest label exactly gpu: not the sanitizer runs, not the long ones) with CI's seed
 #   seeds     each GPU property suite with seeds SEED_FIRST..SEEDS (max_success=4; the accuracy runs at the
 #             design shape left out), SEED_JOBS processes at a time
 #   sanitize  every GPU test under compute-sanitizer memcheck, racecheck, synccheck, initcheck
@@ -62,7 +62,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 note "GPU: ${gpu_name:-none found}; build: $BUILD_DIR; output: $OUT"
 
 phase_suites() {
-  RC_PARAMS="seed=$CI_SEED" ctest --test-dir "$BUILD_DIR" -L gpu -LE 'long|multi-gpu' -j "$JOBS" --timeout 600 \
+  RC_PARAMS="seed=$CI_SEED" ctest --test-dir "$BUILD_DIR" -L '^gpu$' -LE 'long|multi-gpu' -j "$JOBS" --timeout 600 \
     --output-on-failure > "$OUT/suites.txt" 2>&1
   local rc=$?; check $rc
   note "suites (RC_PARAMS=seed=$CI_SEED): rc=$rc, $(grep -E 'tests passed|tests failed' "$OUT/suites.txt")"
